@@ -1,0 +1,283 @@
+"""Batch: the engine-neutral, columnar view of one rollout batch.
+
+A Batch holds equally long 1-D numpy columns; a row is a prompt (``on_batch_sampled``) or a
+trajectory (``on_rewards_computed`` / ``on_step_end``). Engines build it from their own objects
+(the verl shim from a DataProto) without copying what nobody reads: a column may be *lazy*, a
+callable that produces the array on first access (decoded text, for example).
+
+Group helpers (``batch.groups``) factorize ``uid`` once and reduce per group with bincount-style
+numpy operations, so filters and metrics never loop over rows in Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+# Standard column names. Engines fill what they have; plugins read what they need.
+UID = "uid"  # group id: all responses of one prompt share it
+INDEX = "index"  # dataset row index (int64)
+DATA_SOURCE = "data_source"  # source name (str)
+COMPLEXITY = "complexity"  # extra_info.complexity_score (float, NaN if absent)
+REWARD = "reward"  # sequence reward: sum of token-level scores (float)
+FINAL_REWARD = "final_reward"  # sum of token-level rewards, i.e. after a KL penalty (float)
+ADVANTAGE = "advantage"  # sequence-level advantage (float)
+PROMPT = "prompt"
+RESPONSE = "response"
+TARGET = "target"  # ground truth
+PROMPT_LENGTH = "prompt_length"
+RESPONSE_LENGTH = "response_length"
+REWARD_FN_PREFIX = "reward_fn/"  # per-function reward components: reward_fn/<name>
+
+LazyColumn = Callable[[], np.ndarray]
+
+
+class BatchError(ValueError):
+    """A batch is malformed (ragged columns, a missing column a plugin needs, ...)."""
+
+
+class Batch:
+    """Columnar batch of equally long 1-D numpy arrays, some possibly lazy.
+
+    ``meta`` holds batch-level facts (``step``, ``generation``, ``n``, ``reward_extra_keys``,
+    ``reward_functions``); it is exposed read-only.
+    """
+
+    __slots__ = ("_cols", "_lazy", "_len", "_meta", "_groups")
+
+    def __init__(
+        self,
+        columns: Mapping[str, Any] | None = None,
+        *,
+        lazy: Mapping[str, LazyColumn] | None = None,
+        meta: Mapping[str, Any] | None = None,
+        length: int | None = None,
+    ) -> None:
+        cols: dict[str, np.ndarray] = {}
+        n = length
+        for name, values in (columns or {}).items():
+            arr = np.asarray(values)
+            if arr.ndim != 1:
+                raise BatchError(f"column {name!r} must be 1-D, got shape {arr.shape}")
+            if n is None:
+                n = len(arr)
+            elif len(arr) != n:
+                raise BatchError(f"column {name!r} has {len(arr)} rows, expected {n} (ragged batch)")
+            cols[name] = arr
+        if n is None and lazy:
+            raise BatchError("a batch with only lazy columns needs an explicit length=")
+        self._cols = cols
+        self._lazy: dict[str, LazyColumn] = dict(lazy or {})
+        self._len = int(n or 0)
+        self._meta = MappingProxyType(dict(meta or {}))
+        self._groups: GroupIndex | None = None
+
+    # -- basic access -------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._len
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._cols or name in self._lazy
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        try:
+            return self._cols[name]
+        except KeyError:
+            pass
+        if name in self._lazy:
+            arr = np.asarray(self._lazy.pop(name)())
+            if arr.shape != (self._len,):
+                raise BatchError(f"lazy column {name!r} produced shape {arr.shape}, expected ({self._len},)")
+            self._cols[name] = arr
+            return arr
+        raise BatchError(
+            f"batch has no column {name!r}; available columns: {', '.join(self.columns) or '(none)'}"
+        )
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default
+
+    @property
+    def columns(self) -> list[str]:
+        """All column names, materialized and lazy."""
+        return [*self._cols, *self._lazy]
+
+    @property
+    def materialized(self) -> list[str]:
+        return list(self._cols)
+
+    def is_lazy(self, name: str) -> bool:
+        return name in self._lazy
+
+    @property
+    def meta(self) -> Mapping[str, Any]:
+        return self._meta
+
+    def reward_components(self) -> dict[str, np.ndarray]:
+        """Per-function reward components, ``{function name: values}``."""
+        n = len(REWARD_FN_PREFIX)
+        return {c[n:]: self[c] for c in self.columns if c.startswith(REWARD_FN_PREFIX)}
+
+    def reward_extra_keys(self) -> list[str]:
+        """Reward extras (``acc``, ``score``, ...) present as columns."""
+        return [k for k in self._meta.get("reward_extra_keys", ()) if k in self]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.columns)
+
+    def __repr__(self) -> str:
+        lazy = f", lazy={list(self._lazy)}" if self._lazy else ""
+        return f"Batch(len={self._len}, columns={list(self._cols)}{lazy})"
+
+    # -- derivation (never mutates self) ------------------------------------------------
+    def with_columns(self, _lazy: Mapping[str, LazyColumn] | None = None, **columns: Any) -> Batch:
+        """A new batch with added or replaced columns (arrays are shared, not copied)."""
+        cols = {**self._cols, **columns}
+        lazy = {k: v for k, v in self._lazy.items() if k not in columns}
+        lazy.update(_lazy or {})
+        for k in lazy:
+            cols.pop(k, None)
+        return Batch(cols, lazy=lazy, meta=self._meta, length=self._len)
+
+    def with_meta(self, **meta: Any) -> Batch:
+        out = Batch(self._cols, lazy=self._lazy, meta={**self._meta, **meta}, length=self._len)
+        out._groups = self._groups
+        return out
+
+    def select(self, rows: np.ndarray | slice | Iterable[int]) -> Batch:
+        """Rows by boolean mask, integer indices or slice; lazy columns stay lazy."""
+        if isinstance(rows, slice):
+            idx = np.arange(self._len)[rows]
+        else:
+            idx = np.asarray(rows)
+            if idx.dtype == bool:
+                if idx.shape != (self._len,):
+                    raise BatchError(f"keep mask has shape {idx.shape}, batch has {self._len} rows")
+                idx = np.flatnonzero(idx)
+            elif idx.size == 0:
+                idx = idx.astype(np.int64)
+            elif not np.issubdtype(idx.dtype, np.integer):
+                raise BatchError(f"select() takes a bool mask or integer indices, got dtype {idx.dtype}")
+        cols = {k: v[idx] for k, v in self._cols.items()}
+        lazy = {k: _lazy_take(f, idx) for k, f in self._lazy.items()}
+        return Batch(cols, lazy=lazy, meta=self._meta, length=len(idx))
+
+    @staticmethod
+    def concat(batches: Iterable[Batch], meta: Mapping[str, Any] | None = None) -> Batch:
+        """Rows of several batches; columns must match (lazy columns are materialized)."""
+        batches = list(batches)
+        if not batches:
+            return Batch(meta=meta)
+        names = batches[0].columns
+        for i, b in enumerate(batches[1:], 1):
+            if set(b.columns) != set(names):
+                diff = set(b.columns) ^ set(names)
+                raise BatchError(f"cannot concat: batch {i} differs in columns {sorted(diff)}")
+        cols = {k: np.concatenate([b[k] for b in batches]) for k in names}
+        return Batch(cols, meta=batches[0].meta if meta is None else meta, length=sum(map(len, batches)))
+
+    # -- groups -------------------------------------------------------------------------
+    @property
+    def groups(self) -> GroupIndex:
+        """Groups of rows sharing a ``uid`` (computed once per batch)."""
+        if self._groups is None:
+            self._groups = GroupIndex.from_keys(self[UID])
+        return self._groups
+
+    def to_rows(self, columns: Iterable[str] | None = None, rows: np.ndarray | None = None) -> list[dict]:
+        """Plain-Python dicts for a few rows (tables); not for hot paths."""
+        names = list(columns) if columns is not None else self.columns
+        names = [c for c in names if c in self]
+        idx = np.arange(self._len) if rows is None else np.asarray(rows)
+        data = {c: self[c][idx].tolist() for c in names}
+        return [{c: data[c][i] for c in names} for i in range(len(idx))]
+
+
+def _lazy_take(fn: LazyColumn, idx: np.ndarray) -> LazyColumn:
+    return lambda: np.asarray(fn())[idx]
+
+
+class GroupIndex:
+    """Factorized group keys with vectorized per-group reductions.
+
+    ``codes[i]`` is the group number of row ``i`` (groups numbered in order of first
+    appearance), ``sizes[g]`` the row count of group ``g``.
+    """
+
+    __slots__ = ("codes", "keys", "sizes", "first_row", "contiguous")
+
+    def __init__(self, codes: np.ndarray, keys: np.ndarray, first_row: np.ndarray, contiguous: bool):
+        self.codes = codes
+        self.keys = keys
+        self.first_row = first_row
+        self.sizes = np.bincount(codes, minlength=len(keys)) if len(codes) else np.zeros(0, np.int64)
+        self.contiguous = contiguous
+
+    @classmethod
+    def from_keys(cls, keys: np.ndarray) -> GroupIndex:
+        keys = np.asarray(keys)
+        n = len(keys)
+        if n == 0:
+            e = np.zeros(0, np.int64)
+            return cls(e, keys[:0], e, True)
+        # Fast path: engines emit each group's rows contiguously (verl repeats interleaved),
+        # so run boundaries are the groups when the run heads are all distinct.
+        boundary = np.empty(n, dtype=bool)
+        boundary[0] = True
+        np.not_equal(keys[1:], keys[:-1], out=boundary[1:])
+        starts = np.flatnonzero(boundary)
+        heads = keys[starts]
+        if len(set(heads.tolist())) == len(heads):
+            codes = np.cumsum(boundary, dtype=np.int64) - 1
+            return cls(codes, heads, starts, True)
+        uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")  # number groups by first appearance
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        return cls(rank[inverse.ravel()].astype(np.int64), uniq[order], first[order], False)
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.keys)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        return np.bincount(self.codes, weights=np.asarray(values, dtype=np.float64), minlength=self.n_groups)
+
+    def mean(self, values: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.sum(values) / self.sizes
+
+    def std(self, values: np.ndarray) -> np.ndarray:
+        """Population std per group (ddof=0), two-pass for accuracy; NaN in a group -> NaN."""
+        v = np.asarray(values, dtype=np.float64)
+        mean = self.mean(v)
+        dev = v - mean[self.codes]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.sqrt(np.bincount(self.codes, weights=dev * dev, minlength=self.n_groups) / self.sizes)
+
+    def min(self, values: np.ndarray) -> np.ndarray:
+        return self._extreme(values, np.minimum, np.inf)
+
+    def max(self, values: np.ndarray) -> np.ndarray:
+        return self._extreme(values, np.maximum, -np.inf)
+
+    def _extreme(self, values: np.ndarray, ufunc: np.ufunc, identity: float) -> np.ndarray:
+        v = np.asarray(values, dtype=np.float64)
+        if self.contiguous:  # reduceat over run starts: one C pass
+            return ufunc.reduceat(v, self.first_row) if len(v) else np.zeros(0)
+        out = np.full(self.n_groups, identity)
+        ufunc.at(out, self.codes, v)
+        return out
+
+    def any(self, mask: np.ndarray) -> np.ndarray:
+        return np.bincount(self.codes, weights=np.asarray(mask, dtype=np.float64), minlength=self.n_groups) > 0
+
+    def broadcast(self, group_values: np.ndarray) -> np.ndarray:
+        """Per-group values back onto rows."""
+        return np.asarray(group_values)[self.codes]

@@ -1,0 +1,134 @@
+"""What each component kind is, and the small base classes plugins may (not must) use.
+
+| kind    | group              | an entry point names                                           |
+|---------|--------------------|----------------------------------------------------------------|
+| sampler | rlhooks.samplers   | a ``Sampler`` subclass (torch ``Sampler[int]`` with state)      |
+| filter  | rlhooks.filters    | a class with ``select(batch) -> keep mask | FilterDecision``    |
+| reward  | rlhooks.rewards    | a reward function (callable or ``RewardFunction`` subclass), or |
+|         |                    | a reward observer (a class implementing hooks)                 |
+| backend | rlhooks.backends   | a class implementing log_metrics / log_table / ...             |
+| plugin  | rlhooks.plugins    | a class or module implementing hooks                            |
+
+Options: a component class declares ``Options``, an attrs class; the config's keys for that
+component are structured into it by cattrs (unknown keys are an error). The instance receives
+it as ``options``. Every component also accepts ``on_error`` (raise | warn | disable).
+"""
+
+from __future__ import annotations
+
+import abc
+import inspect
+from collections.abc import Iterator
+from collections.abc import Mapping
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import attrs
+import numpy as np
+import torch.utils.data
+
+from rlhooks.core.batch import Batch
+from rlhooks.core.data import DatasetColumns
+
+ON_ERROR_CHOICES = ("raise", "warn", "disable")
+#: default on_error per kind: steering components raise, observers warn
+DEFAULT_ON_ERROR = {"sampler": "raise", "filter": "raise", "reward": "warn", "backend": "warn", "plugin": "warn"}
+
+
+@attrs.frozen
+class NoOptions:
+    """Options of a component that takes none."""
+
+
+def options_class(obj: Any) -> type | None:
+    """The attrs Options class a component declares, or None for plain callables/modules."""
+    opts = getattr(obj, "Options", None)
+    return opts if isinstance(opts, type) and attrs.has(opts) else None
+
+
+def instantiate(obj: Any, options: Any) -> Any:
+    """Build a component from its entry-point object: a class gets its options, else used as is."""
+    if inspect.isclass(obj):
+        if options_class(obj) is not None:
+            return obj(options)
+        return obj()
+    return obj
+
+
+class Sampler(torch.utils.data.Sampler[int], abc.ABC):
+    """Base of rlhooks samplers: a torch Sampler yielding dataset indices, with resumable state.
+
+    Subclasses are constructed by the engine with the dataset's columns, because only the
+    engine has the data: ``cls(options, data, batch_size=..., seed=...)``. They usually also
+    implement ``on_rewards_computed`` (as ``@hookimpl``) to adapt to rewards.
+    """
+
+    Options: ClassVar[type] = NoOptions
+
+    def __init__(self, options: Any, data: DatasetColumns, *, batch_size: int, seed: int = 0) -> None:
+        self.options = options
+        self.data = data
+        self.batch_size = batch_size
+        self.seed = seed
+
+    @abc.abstractmethod
+    def __iter__(self) -> Iterator[int]:
+        """Dataset indices, batch after batch of ``batch_size``; resumes from the loaded state."""
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """Indices per epoch."""
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly: RNG, EMAs, curriculum level, position."""
+
+    @abc.abstractmethod
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what ``state_dict`` returned; the next index is the one an uninterrupted run draws."""
+
+
+@attrs.frozen
+class FilterDecision:
+    """A filter's verdict on one generation batch.
+
+    keep: bool per row, the same for every row of a group.
+    metrics: additive counts (summed over a step's generation batches), e.g.
+        ``filter/dropped_all_max``.
+    """
+
+    keep: np.ndarray
+    metrics: Mapping[str, float] = attrs.field(factory=dict)
+
+
+@runtime_checkable
+class Filter(Protocol):
+    def select(self, batch: Batch) -> np.ndarray | FilterDecision: ...
+
+
+class RewardFunction(abc.ABC):
+    """Base of configurable reward functions: ``__call__(response, target, **info) -> float``.
+
+    Plain functions with the same signature work too (they take no options beyond the
+    common ``weight`` and ``error_score``). ``score_batch`` may be overridden with a faster
+    whole-batch implementation.
+    """
+
+    Options: ClassVar[type] = NoOptions
+    name: ClassVar[str] = ""
+
+    def __init__(self, options: Any = None) -> None:
+        self.options = options if options is not None else self.Options()
+
+    @abc.abstractmethod
+    def __call__(self, response: str, target: str, **info: Any) -> float:
+        """Score one response against its target."""
+
+    def score_batch(self, responses: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        return np.fromiter((self(r, t) for r, t in zip(responses, targets)), float, len(responses))
+
+
+def is_reward_function(obj: Any) -> bool:
+    """Reward functions are RewardFunction subclasses or plain callables (not other classes)."""
+    if inspect.isclass(obj):
+        return issubclass(obj, RewardFunction)
+    return callable(obj) and not inspect.ismodule(obj)

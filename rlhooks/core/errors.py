@@ -1,0 +1,69 @@
+"""User-facing errors. Each says what was wrong, where (file, key path, plugin) and what to do."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+
+class RLHooksError(Exception):
+    """Base class of every error rlhooks raises on purpose."""
+
+
+@attrs.frozen
+class ConfigIssue:
+    """One problem in a config: where it is and what is wrong."""
+
+    path: str  # key path such as "backends[1]" or "run.seed"
+    message: str
+    plugin: str | None = None  # component name, when the issue is inside a component's options
+
+    def __str__(self) -> str:
+        where = f"{self.path} ({self.plugin})" if self.plugin else self.path
+        return f"{where}: {self.message}" if where else self.message
+
+
+class ConfigError(RLHooksError):
+    """A config is invalid. ``issues`` lists every problem found, not only the first."""
+
+    def __init__(self, issues: Iterable[ConfigIssue], source: str | None = None):
+        self.issues = list(issues)
+        self.source = source
+        head = f"invalid rlhooks config {source}" if source else "invalid rlhooks config"
+        n = len(self.issues)
+        lines = [f"{head}: {n} problem{'s' if n != 1 else ''}"]
+        lines += [f"  - {issue}" for issue in self.issues]
+        super().__init__("\n".join(lines))
+
+
+class RegistryError(RLHooksError):
+    """A component name could not be resolved to a working plugin."""
+
+
+class UnknownComponentError(RegistryError):
+    pass
+
+
+class DuplicateComponentError(RegistryError):
+    pass
+
+
+class BrokenPluginError(RegistryError):
+    pass
+
+
+class PluginError(RLHooksError):
+    """A plugin raised while steering training (sampler, filter) or under ``on_error: raise``."""
+
+    def __init__(self, plugin: str, hook: str, error: BaseException, distribution: str | None = None):
+        self.plugin, self.hook, self.error, self.distribution = plugin, hook, error, distribution
+        dist = f" from {distribution}" if distribution else ""
+        super().__init__(
+            f"plugin {plugin!r}{dist} failed in {hook}: {type(error).__name__}: {error}\n"
+            f"  (set on_error: warn for this component to log and continue instead)"
+        )
+
+
+class GenerationLimitError(RLHooksError):
+    """Dynamic sampling hit max_num_gen_batches before enough groups survived the filters."""

@@ -1,0 +1,191 @@
+"""The hook contract: every hook rlhooks calls, when it fires, its arguments and its return.
+
+Plugins implement a subset of these with ``@rlhooks.hookimpl`` and may accept any subset of
+each hook's arguments (pluggy passes only the names an implementation asks for), which lets
+the contract grow without breaking plugins.
+
+Shared rules for every hook:
+
+* ``batch`` is a :class:`rlhooks.Batch`. Treat it as read-only: never write into its columns
+  (``batch["reward"][:] = ...``) nor into ``batch.meta``. Derive new data instead
+  (``batch.with_columns(...)`` returns a new batch). The contract-test kit checks this.
+* A hook that returns metrics returns ``None`` or a flat ``dict[str, float | int]``; keys are
+  metric names such as ``source/<name>/count`` (see the README's metric-name conventions).
+  Values must be plain numbers (Python or numpy scalars); they are merged into the step's metrics.
+* Tables and histograms are not returned: emit them with ``run.log_table(...)`` /
+  ``run.log_histogram(...)`` on the :class:`RunContext` received in ``on_run_start``.
+* Exceptions: observers (metrics, logging) are isolated per plugin; steering components
+  (samplers, filters) abort the step. See ``on_error`` in the README.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+import pluggy
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import numpy as np
+
+    from rlhooks.core.batch import Batch
+    from rlhooks.core.run import RunContext
+
+PROJECT = "rlhooks"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+class RLHookSpecs:
+    """Namespace of hook specifications, registered with ``PluginManager.add_hookspecs``."""
+
+    @hookspec
+    def on_run_start(self, run: RunContext) -> None:
+        """Fires once, before the first step, after every component has been built.
+
+        Arguments:
+            run (RunContext): the run's resolved config (``run.config``, secrets NOT redacted;
+                use ``run.redacted_config()`` to print or upload it), run directory
+                (``run.run_dir``, a ``pathlib.Path`` that exists), seed (``run.seed``), run name
+                (``run.name``) and the emitters ``run.log_table`` / ``run.log_histogram``.
+
+        Returns: None (a returned value is ignored).
+
+        Must not mutate: ``run.config``.
+        """
+
+    @hookspec
+    def on_batch_sampled(self, step: int, batch: Batch) -> dict[str, float] | None:
+        """Fires when a generation batch of prompts was drawn from the sampler, before generation.
+
+        With dynamic sampling (DAPO) it fires once per generation batch, so several times per step.
+
+        Arguments:
+            step (int): the training step the batch belongs to (1-based).
+            batch (Batch): one row per prompt. Columns always present: ``index`` (int64 dataset
+                row), ``data_source`` (str). Often present: ``complexity`` (float), ``prompt``
+                (lazy str), ``target`` (lazy str). ``batch.meta["generation"]`` is the 1-based
+                generation-batch number within the step.
+
+        Returns: None or a metrics dict. When a step has several generation batches and a key is
+        returned more than once, the last value wins; a plugin that wants a per-step total
+        accumulates it itself and returns it from ``on_step_end``.
+
+        Must not mutate: ``batch`` (columns or meta).
+        """
+
+    @hookspec
+    def on_rewards_computed(self, step: int, batch: Batch) -> dict[str, float] | None:
+        """Fires when rewards exist for a generation batch, BEFORE any filter runs.
+
+        Samplers (adaptive weights, reward curricula) read the rewards of every generated group
+        here; DAPO filtering afterwards would bias them. Fires once per generation batch.
+
+        Arguments:
+            step (int): the training step (1-based).
+            batch (Batch): one row per trajectory (``n`` rows per prompt, same ``uid``, rows of
+                a group contiguous). Columns always present: ``uid``, ``index``, ``data_source``,
+                ``reward`` (float sequence reward = sum of token-level scores). Often present:
+                ``final_reward`` (after KL penalty), reward extras listed in
+                ``batch.meta["reward_extra_keys"]`` (e.g. ``acc``, ``score``), per-function reward
+                components ``reward_fn/<name>`` (listed in ``batch.meta["reward_functions"]``),
+                ``response_length``, ``prompt_length``, ``complexity``, lazy text ``prompt``,
+                ``response``, ``target``. ``batch.meta["generation"]`` as in on_batch_sampled.
+
+        Returns: None or a metrics dict.
+
+        Must not mutate: ``batch``.
+        """
+
+    @hookspec
+    def on_step_end(
+        self, step: int, batch: Batch, metrics: Mapping[str, float]
+    ) -> dict[str, float] | None:
+        """Fires after the training update of a step finished, before its metrics are logged.
+
+        Arguments:
+            step (int): the training step (1-based).
+            batch (Batch): the trajectory rows that trained (after filtering and trimming), with
+                ``advantage`` when the engine computed it.
+            metrics (Mapping[str, float]): the step's metrics so far (engine metrics such as
+                ``actor/ppo_kl``, ``actor/entropy``, timing, plus what hooks returned earlier in
+                the step). Read-only view.
+
+        Returns: None or a metrics dict, merged into the step's metrics.
+
+        Must not mutate: ``batch``, ``metrics``.
+        """
+
+    @hookspec
+    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Fires once per step with all of the step's merged metrics (backends write them out).
+
+        Arguments:
+            step (int): the training step (1-based); backends must log with this explicit step.
+            metrics (Mapping[str, float]): flat, final metric values for the step (read-only).
+
+        Returns: None.
+
+        Must not mutate: ``metrics``. Runs on a backend's background thread when dispatched
+        through the backend queue, so an implementation must not touch training state.
+        """
+
+    @hookspec
+    def log_table(self, step: int, name: str, rows: list[dict[str, Any]]) -> None:
+        """Fires when a table is ready, e.g. the top/bottom-k samples of a step.
+
+        Arguments:
+            step (int): the training step the rows belong to.
+            name (str): table name such as ``samples/top_bottom_k``.
+            rows (list[dict[str, Any]]): one dict per row; values are str, int, float, bool or
+                None. Rows of one table may not all have the same keys.
+
+        Returns: None.
+
+        Must not mutate: ``rows`` or the dicts in it.
+        """
+
+    @hookspec
+    def log_histogram(self, step: int, name: str, values: np.ndarray) -> None:
+        """Fires when a distribution is ready (e.g. ``rewards/distribution``); optional for backends.
+
+        Arguments:
+            step (int): the training step.
+            name (str): metric-style name of the distribution.
+            values (numpy.ndarray): 1-D float array of finite values.
+
+        Returns: None.
+
+        Must not mutate: ``values``.
+        """
+
+    @hookspec
+    def on_run_end(self, status: str) -> None:
+        """Fires once at the end of a run, also after a failure or an interrupt.
+
+        Backends flush and close here. Every metric logged before this call must be written.
+
+        Arguments:
+            status (str): ``"success"``, ``"failed"`` or ``"interrupted"``.
+
+        Returns: None.
+
+        Must not mutate: nothing is passed that could be mutated.
+        """
+
+
+#: Hook names, in the order they fire in a run.
+HOOK_NAMES: tuple[str, ...] = (
+    "on_run_start",
+    "on_batch_sampled",
+    "on_rewards_computed",
+    "on_step_end",
+    "log_metrics",
+    "log_table",
+    "log_histogram",
+    "on_run_end",
+)
+
+#: Hooks that only observe; their failures are isolated per plugin by default.
+OBSERVER_HOOKS = frozenset({"log_metrics", "log_table", "log_histogram", "on_run_start", "on_run_end"})
+#: Hooks whose results (metrics dicts) are merged into the step's metrics.
+METRIC_HOOKS = frozenset({"on_batch_sampled", "on_rewards_computed", "on_step_end"})

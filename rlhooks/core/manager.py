@@ -1,0 +1,363 @@
+"""RunManager: builds a run from a Config and calls hooks with the error policy.
+
+Components are instantiated and registered on one pluggy PluginManager in config order.
+Hooks are then called one implementation at a time (still pluggy's hookimpls, argument
+subsets and all), so that each plugin's failure can be handled by its own ``on_error``:
+
+* ``raise``   -- abort with a PluginError naming the plugin and its distribution
+  (default for samplers and filters, which steer training);
+* ``warn``    -- log the failure once with plugin and distribution, carry on, and disable the
+  plugin after ``MAX_CONSECUTIVE_FAILURES`` failures in a row (default for observers);
+* ``disable`` -- log once and disable the plugin at its first failure.
+
+``RLHOOKS_TRACE=1`` (or ``run.trace_hooks``) logs every hook call with plugin and duration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from numbers import Number
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+import numpy as np
+import pluggy
+import structlog
+
+from rlhooks.core import hookspecs
+from rlhooks.core.batch import Batch
+from rlhooks.core.components import FilterDecision, Sampler, instantiate
+from rlhooks.core.config import ComponentConfig, Config
+from rlhooks.core.data import DatasetColumns
+from rlhooks.core.errors import PluginError, RegistryError
+from rlhooks.core.registry import Registry
+from rlhooks.core.rewards import RewardPipeline
+from rlhooks.core.run import RunContext
+
+log = structlog.get_logger("rlhooks.manager")
+
+MAX_CONSECUTIVE_FAILURES = 3
+TRACE_ENV = "RLHOOKS_TRACE"
+
+
+@attrs.define(eq=False)
+class Registered:
+    """A component registered on the plugin manager, with its error bookkeeping."""
+
+    name: str  # component name as configured, e.g. "console"
+    kind: str
+    path: str  # config key path, e.g. "backends[0]"
+    distribution: str
+    obj: Any
+    on_error: str
+    failures: int = 0  # consecutive
+    total_failures: int = 0
+    disabled: bool = False
+    reported: set[str] = attrs.field(factory=set)  # hooks whose failure was already logged
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.path})"
+
+
+class HookValidationError(RegistryError):
+    """A plugin implements a hook that does not exist or asks for arguments a hook lacks."""
+
+
+class RunManager:
+    """One run's plugin manager, components and typed hook helpers."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        registry: Registry | None = None,
+        run_dir: str | Path | None = None,
+        extra_plugins: Iterable[tuple[str, Any]] = (),
+    ) -> None:
+        self.config = config
+        self.registry = registry if registry is not None else Registry(strict=config.run.strict_plugins or None)
+        self.trace = config.run.trace_hooks or os.environ.get(TRACE_ENV, "") not in ("", "0")
+        self.run_dir = Path(run_dir) if run_dir is not None else Path(config.run.out_dir) / config.run.name
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs.RLHookSpecs)
+        self.components: list[Registered] = []
+        self._by_plugin_name: dict[str, Registered] = {}
+        self._impl_cache: dict[str, list[tuple[Registered, Callable, tuple[str, ...]]]] = {}
+        self._emitted: list[tuple[str, int, str, Any]] = []
+        self.context = RunContext(config, self.run_dir, self._emit)
+        self.sampler: Sampler | None = None
+        self.filters: list[tuple[Registered, Any]] = []
+
+        requested = {(c.kind, c.name) for c in config.components()}
+        self.registry.check_unrequested(requested)
+
+        reward_fns = []
+        for comp in config.components():
+            if comp.kind == "sampler":
+                continue  # built by the engine, which has the data: build_sampler()
+            if comp.is_reward_function:
+                reward_fns.append(comp)
+                continue
+            obj = self._instantiate(comp)
+            rec = self._register(comp, obj)
+            if comp.kind == "filter":
+                if not callable(getattr(obj, "select", None)):
+                    raise HookValidationError(
+                        f"filter {comp.name!r} ({comp.distribution}) at {comp.path} has no select(batch) method"
+                    )
+                self.filters.append((rec, obj))
+        for name, obj in extra_plugins:
+            self._register_object(name, "plugin", name, "engine", obj, "warn")
+        self.rewards = RewardPipeline.from_components(reward_fns)
+        self._check_pending()
+
+    # -- building -----------------------------------------------------------------------
+    def _instantiate(self, comp: ComponentConfig) -> Any:
+        try:
+            return instantiate(comp.obj, comp.options)
+        except Exception as exc:
+            raise PluginError(comp.name, "__init__", exc, comp.distribution) from exc
+
+    def _register(self, comp: ComponentConfig, obj: Any) -> Registered:
+        return self._register_object(comp.name, comp.kind, comp.path, comp.distribution, obj, comp.on_error)
+
+    def _register_object(self, name: str, kind: str, path: str, dist: str, obj: Any, on_error: str) -> Registered:
+        rec = Registered(name=name, kind=kind, path=path, distribution=dist, obj=obj, on_error=on_error)
+        plugin_name = f"{path}:{name}"
+        try:
+            self.pm.register(self._wrap(rec), name=plugin_name)
+        except pluggy.PluginValidationError as exc:
+            raise HookValidationError(
+                f"{kind} {name!r} ({dist}) at {path} does not match the hook contract: {exc}\n"
+                f"  Hooks are: {', '.join(hookspecs.HOOK_NAMES)}; see rlhooks/core/hookspecs.py."
+            ) from None
+        self.components.append(rec)
+        self._by_plugin_name[plugin_name] = rec
+        self._impl_cache.clear()
+        return rec
+
+    def _wrap(self, rec: Registered) -> Any:
+        """The object registered for a component (backends get a dispatch proxy, see dispatch.py)."""
+        return rec.obj
+
+    def _check_pending(self) -> None:
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            rec = self._by_plugin_name.get(getattr(exc, "plugin_name", "") or "")
+            who = f"{rec.kind} {rec.name!r} ({rec.distribution}) at {rec.path}" if rec else "a plugin"
+            raise HookValidationError(
+                f"{who} implements a hook that does not exist: {exc}\n"
+                f"  Known hooks: {', '.join(hookspecs.HOOK_NAMES)}. Check the spelling "
+                f"(e.g. on_rewards_computed, not on_reward_computed)."
+            ) from None
+
+    def build_sampler(self, data: DatasetColumns, *, batch_size: int, seed: int | None = None) -> Sampler | None:
+        """Instantiate the configured sampler over the engine's data and register its hooks."""
+        comp = self.config.sampler
+        if comp is None:
+            return None
+        try:
+            sampler = comp.obj(comp.options, data, batch_size=batch_size, seed=self.config.run.seed if seed is None else seed)
+        except Exception as exc:
+            raise PluginError(comp.name, "__init__", exc, comp.distribution) from exc
+        self._register(comp, sampler)
+        self._check_pending()
+        self.sampler = sampler
+        return sampler
+
+    # -- calling hooks --------------------------------------------------------------------
+    def _impls(self, hook: str) -> list[tuple[Registered, Callable, tuple[str, ...]]]:
+        cached = self._impl_cache.get(hook)
+        if cached is None:
+            impls = getattr(self.pm.hook, hook).get_hookimpls()
+            order = {name: i for i, name in enumerate(self._by_plugin_name)}
+            # config order; tryfirst/trylast still respected
+            impls = sorted(
+                impls,
+                key=lambda im: (0 if im.tryfirst else 2 if im.trylast else 1, order.get(im.plugin_name, len(order))),
+            )
+            cached = [
+                (self._by_plugin_name.get(im.plugin_name) or self._external(im), im.function, tuple(im.argnames))
+                for im in impls
+            ]
+            self._impl_cache[hook] = cached
+        return cached
+
+    def _external(self, impl: Any) -> Registered:
+        rec = Registered(impl.plugin_name, "plugin", impl.plugin_name, "?", impl.plugin, "warn")
+        self._by_plugin_name[impl.plugin_name] = rec
+        return rec
+
+    def call(self, hook: str, **kwargs: Any) -> list[tuple[Registered, Any]]:
+        """Call every enabled implementation of ``hook``; returns (component, result) pairs."""
+        results = []
+        for rec, fn, argnames in self._impls(hook):
+            if rec.disabled:
+                continue
+            t0 = time.perf_counter() if self.trace else 0.0
+            try:
+                result = fn(*[kwargs[a] for a in argnames])
+            except Exception as exc:  # noqa: BLE001 - routed through the component's policy
+                self._failed(rec, hook, exc)
+                continue
+            rec.failures = 0
+            if self.trace:
+                log.debug("hook", hook=hook, plugin=rec.name, path=rec.path, ms=round((time.perf_counter() - t0) * 1e3, 3))
+            results.append((rec, result))
+        return results
+
+    def _failed(self, rec: Registered, hook: str, exc: BaseException) -> None:
+        rec.failures += 1
+        rec.total_failures += 1
+        if rec.on_error == "raise":
+            raise PluginError(rec.name, hook, exc, rec.distribution) from exc
+        if hook not in rec.reported:
+            rec.reported.add(hook)
+            log.error(
+                f"plugin {rec.name!r} failed in {hook}; the run goes on without it",
+                plugin=rec.name, path=rec.path, distribution=rec.distribution,
+                error=f"{type(exc).__name__}: {exc}", exc_info=exc,
+            )
+        if rec.on_error == "disable" or rec.failures >= MAX_CONSECUTIVE_FAILURES:
+            rec.disabled = True
+            log.error(
+                f"plugin {rec.name!r} disabled after {rec.failures} consecutive failure(s)",
+                plugin=rec.name, path=rec.path, distribution=rec.distribution,
+            )
+
+    def _metrics_hook(self, hook: str, **kwargs: Any) -> dict[str, float]:
+        merged: dict[str, float] = {}
+        for rec, result in self.call(hook, **kwargs):
+            if result is None:
+                continue
+            try:
+                merge_metrics(merged, result)
+            except TypeError as exc:
+                self._failed(rec, hook, exc)
+        return merged
+
+    # Typed helpers, one per hook, in firing order.
+    def start(self) -> None:
+        self.call("on_run_start", run=self.context)
+        self.dispatch_emitted()
+
+    def batch_sampled(self, step: int, batch: Batch) -> dict[str, float]:
+        self.context.step = step
+        return self._metrics_hook("on_batch_sampled", step=step, batch=batch)
+
+    def rewards_computed(self, step: int, batch: Batch) -> dict[str, float]:
+        self.context.step = step
+        return self._metrics_hook("on_rewards_computed", step=step, batch=batch)
+
+    def step_end(self, step: int, batch: Batch, metrics: Mapping[str, float]) -> dict[str, float]:
+        self.context.step = step
+        return self._metrics_hook("on_step_end", step=step, batch=batch, metrics=MappingProxyType(dict(metrics)))
+
+    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        self.call("log_metrics", step=step, metrics=MappingProxyType(dict(metrics)))
+
+    def log_table(self, step: int, name: str, rows: list[dict[str, Any]]) -> None:
+        self.call("log_table", step=step, name=name, rows=rows)
+
+    def end(self, status: str) -> None:
+        self.dispatch_emitted()
+        self.call("on_run_end", status=status)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[RunManager]:
+        """on_run_start on entry; on_run_end with success/failed/interrupted on exit, always."""
+        status = "failed"
+        try:
+            self.start()
+            yield self
+            status = "success"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            self.end(status)
+
+    def _emit(self, hook: str, step: int, name: str, payload: Any) -> None:
+        self._emitted.append((hook, step, name, payload))
+
+    def dispatch_emitted(self) -> None:
+        """Send tables and histograms queued through RunContext to the backends."""
+        emitted, self._emitted = self._emitted, []
+        for hook, step, name, payload in emitted:
+            if hook == "log_table":
+                self.call("log_table", step=step, name=name, rows=payload)
+            else:
+                self.call("log_histogram", step=step, name=name, values=payload)
+
+    # -- filters --------------------------------------------------------------------------
+    def apply_filters(self, batch: Batch) -> tuple[np.ndarray, dict[str, float]]:
+        """AND of every filter's keep mask; additive filter metrics summed."""
+        keep = np.ones(len(batch), dtype=bool)
+        metrics: dict[str, float] = {}
+        for rec, flt in self.filters:
+            if rec.disabled:
+                continue
+            try:
+                decision = flt.select(batch)
+                if isinstance(decision, FilterDecision):
+                    mask, extra = decision.keep, decision.metrics
+                else:
+                    mask, extra = decision, {}
+                mask = np.asarray(mask)
+                if mask.dtype != bool or mask.shape != (len(batch),):
+                    raise TypeError(
+                        f"select() must return a bool mask of shape ({len(batch)},), got {mask.dtype} {mask.shape}"
+                    )
+                if len(batch) and "uid" in batch:
+                    g = batch.groups
+                    kept_rows = g.sum(mask)
+                    if np.any((kept_rows > 0) & (kept_rows < g.sizes)):
+                        raise ValueError("select() kept only part of a group; a filter must keep or drop whole groups")
+            except Exception as exc:  # noqa: BLE001
+                self._failed(rec, "select", exc)
+                continue
+            keep &= mask
+            for k, v in extra.items():
+                metrics[k] = metrics.get(k, 0.0) + float(v)
+        return keep, metrics
+
+    # -- state ----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """State of every component that has one, keyed by config path."""
+        return {
+            rec.path: rec.obj.state_dict()
+            for rec in self.components
+            if callable(getattr(rec.obj, "state_dict", None))
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        by_path = {rec.path: rec for rec in self.components}
+        for path, sub in state.items():
+            rec = by_path.get(path)
+            if rec is None:
+                log.warning("saved state for a component that is not in this run; ignored", path=path)
+                continue
+            rec.obj.load_state_dict(sub)
+
+
+def merge_metrics(into: dict[str, float], new: Any) -> dict[str, float]:
+    """Merge a hook's metrics dict, checking it is a flat mapping of names to numbers."""
+    if not isinstance(new, Mapping):
+        raise TypeError(f"a metrics hook must return a dict or None, got {type(new).__name__}")
+    for k, v in new.items():
+        if not isinstance(k, str):
+            raise TypeError(f"metric names must be strings, got {k!r}")
+        if isinstance(v, np.generic):
+            v = v.item()
+        if not isinstance(v, Number) or isinstance(v, complex):
+            raise TypeError(f"metric {k!r} must be a number, got {type(v).__name__}")
+        into[k] = v
+    return into

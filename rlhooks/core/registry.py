@@ -1,0 +1,204 @@
+"""Entry-point registries: find components by name, across every installed distribution.
+
+Each component kind has one entry-point group. The project's own built-ins are registered
+through its own pyproject entry points, exactly like a third-party package's.
+
+Policy:
+* unknown name -> error listing the installed names of that kind, with a did-you-mean;
+* the same name from two distributions -> error naming both distributions and versions;
+* a plugin that fails to import -> recorded as broken with entry point, distribution and error;
+  a run that asks for it fails, other runs get a warning (``strict`` turns it into an error);
+* ``RLHOOKS_DISABLE_PLUGINS=name,...`` (entry-point or distribution names) skips plugins.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata as md
+import os
+import traceback
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+import structlog
+
+from rlhooks.core.errors import BrokenPluginError, DuplicateComponentError, UnknownComponentError
+
+log = structlog.get_logger("rlhooks.registry")
+
+#: component kind -> entry-point group
+GROUPS: dict[str, str] = {
+    "sampler": "rlhooks.samplers",
+    "filter": "rlhooks.filters",
+    "reward": "rlhooks.rewards",
+    "backend": "rlhooks.backends",
+    "plugin": "rlhooks.plugins",
+}
+DISABLE_ENV = "RLHOOKS_DISABLE_PLUGINS"
+STRICT_ENV = "RLHOOKS_STRICT_PLUGINS"
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("-", "_").replace(".", "_")
+
+
+@attrs.define
+class EntryInfo:
+    """One entry point of one distribution, loaded on demand."""
+
+    name: str
+    kind: str
+    value: str  # "module:attr"
+    dist: str
+    version: str
+    ep: Any = attrs.field(repr=False, default=None)
+    obj: Any = attrs.field(repr=False, default=None)
+    error: str | None = None  # "ImportError: ..." when loading failed
+    error_detail: str | None = attrs.field(repr=False, default=None)
+    disabled: bool = False
+
+    @property
+    def status(self) -> str:
+        if self.disabled:
+            return "disabled"
+        if self.error:
+            return "broken"
+        return "loaded" if self.obj is not None else "found"
+
+    @property
+    def where(self) -> str:
+        return f"entry point {self.name!r} = {self.value!r} in group {GROUPS[self.kind]!r} of {self.dist} {self.version}"
+
+    def load(self) -> Any:
+        if self.obj is None and self.error is None:
+            try:
+                self.obj = self.ep.load()
+            except BaseException as exc:  # noqa: BLE001 - a plugin's import may raise anything
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                self.error = f"{type(exc).__name__}: {exc}"
+                self.error_detail = traceback.format_exc()
+        if self.error is not None:
+            raise BrokenPluginError(
+                f"{self.kind} {self.name!r} could not be loaded: {self.where} failed to import:\n"
+                f"  {self.error}\n"
+                f"  Fix or reinstall {self.dist}, or skip it with {DISABLE_ENV}={self.name}."
+            )
+        return self.obj
+
+
+class Registry:
+    """All rlhooks entry points installed in this environment, by kind and name."""
+
+    def __init__(self, disabled: Iterable[str] | None = None, strict: bool | None = None) -> None:
+        if disabled is None:
+            disabled = [s.strip() for s in os.environ.get(DISABLE_ENV, "").split(",") if s.strip()]
+        self.disabled = {_norm(d) for d in disabled}
+        self.strict = bool(int(os.environ.get(STRICT_ENV, "0") or 0)) if strict is None else strict
+        # kind -> name -> list of EntryInfo (more than one distinct distribution = duplicate)
+        self._entries: dict[str, dict[str, list[EntryInfo]]] = {k: {} for k in GROUPS}
+        self._discover()
+
+    def _discover(self) -> None:
+        for kind, group in GROUPS.items():
+            seen: set[tuple[str, str, str]] = set()
+            for ep in md.entry_points(group=group):
+                dist = getattr(ep, "dist", None)
+                dname = dist.metadata["Name"] if dist is not None else "<unknown>"
+                dver = dist.version if dist is not None else "?"
+                key = (_norm(dname), ep.name, ep.value)
+                if key in seen:  # the same distribution seen twice on sys.path
+                    continue
+                seen.add(key)
+                info = EntryInfo(ep.name, kind, ep.value, dname, dver, ep=ep)
+                info.disabled = _norm(ep.name) in self.disabled or _norm(dname) in self.disabled
+                self._entries[kind].setdefault(ep.name, []).append(info)
+
+    # -- queries ------------------------------------------------------------------------
+    def names(self, kind: str) -> list[str]:
+        return sorted(self._entries[kind])
+
+    def entries(self, kind: str | None = None) -> list[EntryInfo]:
+        kinds = [kind] if kind else list(GROUPS)
+        return [e for k in kinds for infos in self._entries[k].values() for e in infos]
+
+    def find_kind(self, name: str) -> list[str]:
+        """Kinds that have an entry named ``name`` (to hint at a misplaced config section)."""
+        return [k for k in GROUPS if name in self._entries[k]]
+
+    def suggest(self, kind: str, name: str) -> list[str]:
+        names = self.names(kind)
+        lower = {n.lower(): n for n in names}
+        if name.lower() in lower:
+            return [lower[name.lower()]]
+        return difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+
+    def info(self, kind: str, name: str) -> EntryInfo:
+        """The single entry for ``name``, or a clear error (unknown, duplicate, disabled)."""
+        infos = self._entries[kind].get(name)
+        if not infos:
+            installed = ", ".join(self.names(kind)) or "(none installed)"
+            close = self.suggest(kind, name)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            others = [k for k in self.find_kind(name) if k != kind]
+            if others:
+                hint += f" ({name!r} is a {others[0]}: put it in the {others[0]}s section.)"
+            raise UnknownComponentError(
+                f"unknown {kind} {name!r}.{hint}\n  Installed {kind}s: {installed}\n"
+                f"  A plugin package registers {kind}s in the entry-point group {GROUPS[kind]!r}."
+            )
+        if len(infos) > 1:
+            both = " and ".join(f"{i.dist} {i.version} ({i.value})" for i in infos)
+            raise DuplicateComponentError(
+                f"{kind} name {name!r} is registered by more than one distribution: {both}.\n"
+                f"  Uninstall one of them, or disable one with {DISABLE_ENV}=<distribution name>."
+            )
+        info = infos[0]
+        if info.disabled:
+            raise BrokenPluginError(
+                f"{kind} {name!r} ({info.dist} {info.version}) is disabled by {DISABLE_ENV}; "
+                f"remove it from {DISABLE_ENV} or from the config."
+            )
+        return info
+
+    def resolve(self, kind: str, name: str) -> Any:
+        """The loaded object for a name (class, function or module)."""
+        return self.info(kind, name).load()
+
+    def load_all(self) -> list[EntryInfo]:
+        """Import every enabled entry point; returns the broken ones (errors recorded on them)."""
+        broken = []
+        for info in self.entries():
+            if info.disabled:
+                continue
+            try:
+                info.load()
+            except BrokenPluginError:
+                broken.append(info)
+        return broken
+
+    def check_unrequested(self, requested: set[tuple[str, str]]) -> list[str]:
+        """Warn about (or, in strict mode, fail on) broken plugins a run did not ask for."""
+        problems = []
+        for info in self.load_all():
+            if (info.kind, info.name) in requested:
+                continue  # the run itself fails on it with the full error
+            msg = f"installed plugin is broken and will not be available: {info.where}: {info.error}"
+            problems.append(msg)
+            if not self.strict:
+                log.warning(msg, plugin=info.name, distribution=info.dist)
+        if problems and self.strict:
+            raise BrokenPluginError(
+                "strict plugin mode: installed plugins failed to import:\n  "
+                + "\n  ".join(problems)
+                + f"\n  Fix them, disable them with {DISABLE_ENV}, or turn strict mode off."
+            )
+        return problems
+
+    def aliases(self, kind: str) -> dict[str, list[str]]:
+        """Names of one kind that point to the same object value, grouped."""
+        by_value: dict[str, list[str]] = {}
+        for name, infos in self._entries[kind].items():
+            by_value.setdefault(infos[0].value, []).append(name)
+        return by_value

@@ -1,0 +1,97 @@
+"""RewardPipeline: the weighted combination of the reward functions named in ``rewards:``.
+
+Engines call ``score(responses, targets)`` and get the total reward per row plus each
+function's component (logged as ``reward_fn/<name>`` columns). A function that raises on one
+sample is isolated: that sample's component is the entry's ``error_score`` (default 0.0) and
+the failure is counted in ``errors[name]`` (reported as ``rewards/errors/<name>``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+import structlog
+
+from rlhooks.core.components import RewardFunction
+
+log = structlog.get_logger("rlhooks.rewards")
+
+
+@attrs.define
+class RewardEntry:
+    name: str
+    fn: Any  # callable(response, target, **info) -> float, maybe with score_batch()
+    weight: float = 1.0
+    error_score: float = 0.0
+
+
+@attrs.frozen
+class RewardResult:
+    total: np.ndarray  # weighted sum per row
+    components: dict[str, np.ndarray]  # unweighted score per function
+    errors: dict[str, int]  # rows where a function raised (scored error_score)
+
+    def metrics(self) -> dict[str, float]:
+        return {f"rewards/errors/{k}": float(v) for k, v in self.errors.items()}
+
+
+class RewardPipeline:
+    def __init__(self, entries: Sequence[RewardEntry] = ()):
+        self.entries = list(entries)
+        self._reported: set[str] = set()
+
+    @classmethod
+    def from_components(cls, comps: Iterable[Any]) -> RewardPipeline:
+        """From ComponentConfigs of reward functions (classes are instantiated with options)."""
+        entries = []
+        for c in comps:
+            fn = c.obj(c.options) if inspect.isclass(c.obj) and issubclass(c.obj, RewardFunction) else c.obj
+            entries.append(RewardEntry(c.name, fn, c.weight, c.error_score))
+        return cls(entries)
+
+    @property
+    def names(self) -> list[str]:
+        return [e.name for e in self.entries]
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    def score(self, responses: Sequence[str], targets: Sequence[str]) -> RewardResult:
+        n = len(responses)
+        total = np.zeros(n, dtype=np.float64)
+        components: dict[str, np.ndarray] = {}
+        errors: dict[str, int] = {}
+        for e in self.entries:
+            values, failed = self._score_one(e, responses, targets)
+            components[e.name] = values
+            if failed:
+                errors[e.name] = failed
+            total += e.weight * values
+        return RewardResult(total, components, errors)
+
+    def _score_one(self, e: RewardEntry, responses: Sequence[str], targets: Sequence[str]) -> tuple[np.ndarray, int]:
+        batch_fn = getattr(e.fn, "score_batch", None)
+        if batch_fn is not None:
+            try:
+                return np.asarray(batch_fn(np.asarray(responses, dtype=object), np.asarray(targets, dtype=object)), float), 0
+            except Exception:  # noqa: BLE001 - fall back to per-row isolation below
+                pass
+        out = np.empty(len(responses), dtype=np.float64)
+        failed = 0
+        for i, (r, t) in enumerate(zip(responses, targets)):
+            try:
+                out[i] = float(e.fn(r, t))
+            except Exception as exc:  # noqa: BLE001 - one bad sample must not stop the batch
+                out[i] = e.error_score
+                failed += 1
+                if e.name not in self._reported:
+                    self._reported.add(e.name)
+                    log.warning(
+                        f"reward function {e.name!r} raised; such samples score error_score={e.error_score}",
+                        plugin=e.name, error=f"{type(exc).__name__}: {exc}",
+                    )
+        return out, failed

@@ -1,0 +1,1 @@
+"""Contract-test kit for rlhooks plugins (see rlhooks.testing.contracts)."""
