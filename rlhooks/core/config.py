@@ -18,6 +18,8 @@ from __future__ import annotations
 import difflib
 import importlib
 import re
+import types
+import typing
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -246,13 +248,59 @@ _converter = _make_converter()
 
 
 def structure_options(cls: type, data: Mapping[str, Any], path: str, plugin: str | None) -> tuple[Any, list[ConfigIssue]]:
-    """Structure ``data`` into attrs ``cls``; on failure return every issue with its path."""
+    """Structure ``data`` into attrs ``cls``; on failure return every issue with its key path.
+
+    Field by field, so that an unknown key, a wrong type and a failed validator in the same
+    mapping are all reported together.
+    """
     if not isinstance(data, Mapping):
         return None, [ConfigIssue(path, f"expected a mapping of options, got {type(data).__name__}", plugin)]
+    attrs.resolve_types(cls)
+    fields = {(a.alias or a.name): a for a in attrs.fields(cls)}
+    issues: list[ConfigIssue] = []
+    for key in data:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known options: {', '.join(fields) or '(none)'}"
+            issues.append(ConfigIssue(path, f"option {key!r} is not known{hint}", plugin))
+    values: dict[str, Any] = {}
+    for key, field in fields.items():
+        sub = f"{path}.{key}" if path else key
+        if key not in data:
+            if field.default is attrs.NOTHING:
+                issues.append(ConfigIssue(path, f"required option {key!r} is missing", plugin))
+            continue
+        value = data[key]
+        choices = _literal_choices(field.type)
+        try:
+            if choices is not None:
+                if value not in choices:
+                    raise ValueError(f"must be one of {', '.join(repr(c) for c in choices)}; got {value!r}")
+            else:
+                value = _converter.structure(value, field.type)
+            if field.validator is not None:
+                field.validator(None, field, value)
+        except Exception as exc:  # noqa: BLE001 - translated into issues
+            issues.extend(_issues_from(exc, field.type, sub, plugin))
+            continue
+        values[key] = value
+    if issues:
+        return None, issues
     try:
-        return _converter.structure(dict(data), cls), []
-    except Exception as exc:  # noqa: BLE001 - translated into issues below
-        return None, list(_issues_from(exc, cls, path, plugin))
+        return cls(**values), []
+    except Exception as exc:  # noqa: BLE001 - cross-field checks in __attrs_post_init__
+        return None, [ConfigIssue(path, _describe(exc), plugin)]
+
+
+def _literal_choices(tp: Any) -> tuple[Any, ...] | None:
+    if typing.get_origin(tp) is Literal:
+        return typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):  # Literal[...] | None
+        args = typing.get_args(tp)
+        lits = [a for a in args if typing.get_origin(a) is Literal]
+        if lits and all(a is type(None) or typing.get_origin(a) is Literal for a in args):
+            return tuple(c for a in lits for c in typing.get_args(a)) + ((None,) if type(None) in args else ())
+    return None
 
 
 def _issues_from(exc: BaseException, cls: Any, path: str, plugin: str | None) -> Iterator[ConfigIssue]:

@@ -29,7 +29,7 @@ import numpy as np
 import pluggy
 import structlog
 
-from rlhooks.core import hookspecs
+from rlhooks.core import dispatch, hookspecs
 from rlhooks.core.batch import Batch
 from rlhooks.core.components import FilterDecision, Sampler, instantiate
 from rlhooks.core.config import ComponentConfig, Config
@@ -59,6 +59,8 @@ class Registered:
     total_failures: int = 0
     disabled: bool = False
     reported: set[str] = attrs.field(factory=set)  # hooks whose failure was already logged
+    #: hooks run on a background thread (core/dispatch.py), which counts successes itself
+    deferred: bool = False
 
     @property
     def label(self) -> str:
@@ -145,13 +147,13 @@ class RunManager:
 
     def _wrap(self, rec: Registered) -> Any:
         """The object registered for a component (backends get a dispatch proxy, see dispatch.py)."""
-        return rec.obj
+        return dispatch.wrap(self, rec)
 
     def _check_pending(self) -> None:
         try:
             self.pm.check_pending()
         except pluggy.PluginValidationError as exc:
-            rec = self._by_plugin_name.get(getattr(exc, "plugin_name", "") or "")
+            rec = self._by_plugin_name.get(self.pm.get_name(exc.plugin) or "")
             who = f"{rec.kind} {rec.name!r} ({rec.distribution}) at {rec.path}" if rec else "a plugin"
             raise HookValidationError(
                 f"{who} implements a hook that does not exist: {exc}\n"
@@ -208,7 +210,8 @@ class RunManager:
             except Exception as exc:  # noqa: BLE001 - routed through the component's policy
                 self._failed(rec, hook, exc)
                 continue
-            rec.failures = 0
+            if not rec.deferred:  # a queued call has not run yet: its worker resets the count
+                rec.failures = 0
             if self.trace:
                 log.debug("hook", hook=hook, plugin=rec.name, path=rec.path, ms=round((time.perf_counter() - t0) * 1e3, 3))
             results.append((rec, result))

@@ -1,0 +1,43 @@
+# Two commands do all the set-up on a fresh machine (see README):
+#   make demo   -- creates .venv/, installs rlhooks, runs the simulated training run
+#   make test   -- creates .venv/, installs rlhooks with test + verl extras, runs the test suite
+# Both reuse .venv/ when it is up to date with pyproject.toml.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+# Installed first, on its own: an unpinned torch (pulled in by verl) would bring CUDA packages.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: demo test bench bench-quick setup setup-test clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.stamp-core: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install --quiet "$(TORCH_SPEC)"
+	$(PIP) install --quiet -e ".[all]"
+	touch $@
+
+$(VENV)/.stamp-test: pyproject.toml $(VENV)/.stamp-core
+	$(PIP) install --quiet -e ".[test,verl]" "$(TORCH_SPEC)"
+	touch $@
+
+setup: $(VENV)/.stamp-core
+setup-test: $(VENV)/.stamp-test
+
+demo: setup
+	$(VENV)/bin/rlhooks simulate
+
+test: setup-test
+	$(PY) -m pytest
+
+bench: setup-test
+	$(PY) -m benchmarks.run_all
+
+bench-quick: setup-test
+	$(PY) -m benchmarks.run_all --quick
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info

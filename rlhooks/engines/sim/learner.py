@@ -1,0 +1,116 @@
+"""The simulated learner: per-source, per-difficulty skill that grows with what trained.
+
+The model (a tool for comparing set-ups, not a claim about real models):
+
+* Difficulty ``d`` in [0, 1] (the dataset's complexity, min-max scaled) falls into one of
+  ``buckets`` equal-width buckets. Each (source, bucket) has a skill ``s``.
+* A response is correct with ``p = sigmoid(sharpness * (s - d))``: it falls with difficulty and
+  rises with skill. Independently, it is malformed (a tag missing) with the source's format
+  error rate, which decays as the source trains.
+* After each step, every trained group teaches its (source, bucket) in proportion to its mean
+  ``|advantage|`` (GRPO: zero for all-right or all-wrong groups), as a share of the batch:
+  ``signal[s, b] = sum(mean|adv| of groups in (s, b)) / groups trained``.
+* Prerequisites: a bucket learns at the rate ``readiness = mastery of the bucket below``
+  (``mastery = sigmoid(sharpness * (s - bucket centre))``, the easiest bucket is always ready).
+  Hard items drawn too early produce some mixed groups but little learning, so curricula that
+  keep the batch near the frontier learn faster per step, and filters change the outcome.
+* Learning spreads to neighbouring buckets with weight ``transfer ** distance``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+
+from rlhooks.core.batch import GroupIndex
+
+#: how a response is written (see engine._render)
+WELL_FORMED, NO_ANSWER_TAGS, NO_REASONING_TAGS, UNCLOSED_ANSWER = 0, 1, 2, 3
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(x, dtype=np.float64)))  # overflow-free
+
+
+@attrs.frozen(kw_only=True)
+class LearnerOptions:
+    """Parameters of the simulated learner (all under ``simulate:`` in a config)."""
+
+    buckets: int = attrs.field(default=10, validator=attrs.validators.ge(1))
+    sharpness: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
+    initial_skill: float = 0.3
+    learning_rate: float = attrs.field(default=0.25, validator=attrs.validators.ge(0))
+    transfer: float = attrs.field(default=0.35, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
+    prerequisites: bool = True
+    malformed_rate: float = attrs.field(default=0.15, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
+    format_learning_rate: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
+
+
+class SimLearner:
+    def __init__(self, options: LearnerOptions, source_names: tuple[str, ...]):
+        self.options = options
+        self.source_names = tuple(source_names)
+        nb = options.buckets
+        self.skill = np.full((len(source_names), nb), float(options.initial_skill))
+        self.malformed = np.full(len(source_names), float(options.malformed_rate))
+        self.centres = (np.arange(nb) + 0.5) / nb
+        dist = np.abs(np.arange(nb)[:, None] - np.arange(nb)[None, :])
+        self.kernel = options.transfer ** dist  # row: trained bucket, col: bucket that gains
+
+    def bucket(self, difficulty: np.ndarray) -> np.ndarray:
+        nb = self.options.buckets
+        return np.minimum((np.asarray(difficulty) * nb).astype(np.int64), nb - 1)
+
+    def p_correct(self, source: np.ndarray, difficulty: np.ndarray) -> np.ndarray:
+        s = self.skill[source, self.bucket(difficulty)]
+        return sigmoid(self.options.sharpness * (s - difficulty))
+
+    def mastery(self) -> np.ndarray:
+        return sigmoid(self.options.sharpness * (self.skill - self.centres[None, :]))
+
+    def respond(self, source: np.ndarray, difficulty: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Per trajectory row: whether the answer is right, and how the response is formed."""
+        p = self.p_correct(source, difficulty)
+        correct = rng.random(len(p)) < p
+        bad = rng.random(len(p)) < self.malformed[source]
+        kind = np.where(bad, rng.integers(NO_ANSWER_TAGS, UNCLOSED_ANSWER + 1, len(p)), WELL_FORMED)
+        return correct, kind.astype(np.int8)
+
+    def update(self, source: np.ndarray, difficulty: np.ndarray, advantage: np.ndarray, groups: GroupIndex) -> dict[str, float]:
+        """Learn from the rows that trained; returns the learning signal it applied."""
+        ns, nb = self.skill.shape
+        if groups.n_groups == 0:
+            return {"sim/learning_signal": 0.0}
+        first = groups.first_row
+        g_src = np.asarray(source)[first].astype(np.int64)
+        g_bucket = self.bucket(np.asarray(difficulty)[first])
+        g_signal = groups.mean(np.abs(np.nan_to_num(advantage)))
+        flat = g_src * nb + g_bucket
+        signal = np.bincount(flat, weights=g_signal, minlength=ns * nb).reshape(ns, nb) / groups.n_groups
+        if self.options.prerequisites:
+            readiness = np.ones_like(self.skill)
+            readiness[:, 1:] = self.mastery()[:, :-1]
+        else:
+            readiness = 1.0
+        gain = self.options.learning_rate * signal * readiness
+        self.skill += gain @ self.kernel
+        share = np.bincount(g_src, minlength=ns) / groups.n_groups
+        self.malformed *= np.exp(-self.options.format_learning_rate * share * 0.05)
+        return {"sim/learning_signal": float(signal.sum()), "sim/skill_gain": float(gain.sum())}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"skill": self.skill.tolist(), "malformed": self.malformed.tolist(), "sources": list(self.source_names)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if list(state["sources"]) != list(self.source_names):
+            raise ValueError(
+                f"saved learner state is for sources {list(state['sources'])}, this run has {list(self.source_names)}"
+            )
+        skill = np.asarray(state["skill"], dtype=np.float64)
+        if skill.shape != self.skill.shape:
+            raise ValueError(f"saved learner skill has shape {skill.shape}, this run needs {self.skill.shape} (buckets changed?)")
+        self.skill = skill
+        self.malformed = np.asarray(state["malformed"], dtype=np.float64)

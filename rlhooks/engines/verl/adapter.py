@@ -1,0 +1,283 @@
+"""DataProto <-> Batch: what rlhooks plugins see of a verl batch, and a keep mask applied back.
+
+Only cheap sequence-level columns are built eagerly (``uid``, ``index``, ``data_source``,
+``reward``). Everything else is a *lazy* column, computed the first time a plugin reads it:
+lengths, ``final_reward``, ``advantage``, reward extras, ``complexity`` and the decoded text
+(``prompt``, ``response``, ``target``). Lazy columns capture the tensors they need at build time
+(a reference, not a copy), so a later in-place change of the DataProto's dict does not leak in.
+
+Column sources (verl 0.9, legacy trainer):
+
+================== ===========================================================================
+column             from
+================== ===========================================================================
+uid                ``non_tensor_batch["uid"]`` (one uuid per prompt; a group's rows contiguous)
+index              the dataset row the sampler drew (``rlhooks_row``, added by
+                   :class:`RowIndexedDataset`); else ``non_tensor_batch["index"]``; else
+                   ``extra_info["index"]``
+data_source        ``non_tensor_batch["data_source"]``
+complexity         ``extra_info["complexity_score"]`` (NaN where absent)
+reward             ``token_level_scores.sum(-1)``
+final_reward       ``token_level_rewards.sum(-1)`` (after a KL penalty, when verl applies one)
+<extra>            each key of ``meta_info["reward_extra_keys"]`` (``acc``, ``score``, ...)
+advantage          mean of ``advantages`` over the response mask. GRPO, RLOO, REINFORCE++ and
+                   the other outcome estimators broadcast one value over a response, so this is
+                   exactly the sequence advantage; for GAE it is the mean token advantage.
+response_length    ``response_mask.sum(-1)``
+prompt_length      prompt part of ``attention_mask`` summed
+prompt             ``prompts`` decoded (or the chat messages of ``raw_prompt`` before generation)
+response           ``responses`` decoded, valid tokens only
+target             ``reward_model["ground_truth"]``
+================== ===========================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from rlhooks.core import batch as cols
+from rlhooks.core.batch import Batch
+from rlhooks.core.data import DataError, DatasetColumns
+from verl import DataProto
+
+#: non-tensor key carrying the dataset row a prompt was drawn from
+ROW_KEY = "rlhooks_row"
+
+
+# -- the dataset row index ----------------------------------------------------------------------
+
+
+class RowIndexedDataset(Dataset):
+    """A verl dataset whose rows also carry their own position (``rlhooks_row``).
+
+    verl's ``index`` is ``extra_info.index``, a user field that need not be the row position
+    (several files, filtered prompts). Samplers that learn from rewards need the position they
+    drew, so the shim wraps the train dataset; every other attribute is the wrapped dataset's.
+    """
+
+    def __init__(self, inner: Dataset):
+        self.inner = inner
+
+    def __len__(self) -> int:
+        return len(self.inner)  # type: ignore[arg-type]
+
+    def __getitem__(self, item: int) -> dict[str, Any]:
+        row = self.inner[item]
+        row[ROW_KEY] = int(item)
+        return row
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # during unpickling, before __dict__ is restored
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def dataset_columns(dataset: Any) -> DatasetColumns:
+    """``data_source`` and ``extra_info.complexity_score`` of a verl dataset, without its rows.
+
+    Reads the columns of the dataset's HuggingFace ``dataframe`` as Arrow (after verl's own
+    filtering and selection, so positions match what the dataloader indexes).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    inner = dataset.inner if isinstance(dataset, RowIndexedDataset) else dataset
+    frame = getattr(inner, "dataframe", None)
+    origin = f"train dataset {type(inner).__name__} ({', '.join(map(str, getattr(inner, 'data_files', []) or []))})"
+    if frame is None or not hasattr(frame, "select_columns"):
+        raise DataError(
+            f"{origin}: an rlhooks sampler needs the dataset's data_source column, read from a "
+            f"HuggingFace `dataframe` attribute (verl's RLHFDataset has one); this dataset has none.\n"
+            f"  Use verl's RLHFDataset (data.custom_cls unset), or drop the `sampler:` section."
+        )
+    names = set(frame.column_names)
+    if "data_source" not in names:
+        raise DataError(f"{origin}: no 'data_source' column (columns: {', '.join(sorted(names))})")
+    wanted = ["data_source"] + (["extra_info"] if "extra_info" in names else [])
+    table: pa.Table = frame.select_columns(wanted).with_format("arrow")[:]
+    source = table.column("data_source")
+    if source.null_count:
+        first = int(pc.index(pc.is_null(source), True).as_py())
+        raise DataError(f"{origin}: {source.null_count} rows have no data_source (first at row {first})")
+    enc = pc.dictionary_encode(source.cast(pa.string())).combine_chunks()
+    names_unsorted = [str(x) for x in enc.dictionary.to_pylist()]
+    order = np.argsort(names_unsorted)
+    remap = np.empty(len(order), np.int64)
+    remap[order] = np.arange(len(order))
+    codes = remap[enc.indices.to_numpy(zero_copy_only=False)]
+    complexity = None
+    if "extra_info" in wanted:
+        info = table.column("extra_info").combine_chunks()
+        if pa.types.is_struct(info.type) and info.type.get_field_index("complexity_score") >= 0:
+            field = pc.struct_field(info, "complexity_score")
+            complexity = np.asarray(field.cast(pa.float32()).to_numpy(zero_copy_only=False), dtype=np.float32)
+    small = np.int8 if len(order) < 128 else np.int16 if len(order) < 32768 else np.int32
+    return DatasetColumns(codes.astype(small), tuple(sorted(names_unsorted)), complexity, origin)
+
+
+# -- DataProto -> Batch -------------------------------------------------------------------------
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().float().cpu().numpy()
+
+
+def _indices(data: DataProto) -> np.ndarray:
+    nt = data.non_tensor_batch
+    if ROW_KEY in nt:
+        return np.asarray(nt[ROW_KEY], dtype=np.int64)
+    if "index" in nt:
+        return np.asarray(nt["index"], dtype=np.int64)
+    if "extra_info" in nt:
+        return np.fromiter(((e or {}).get("index", -1) for e in nt["extra_info"]), np.int64, len(data))
+    return np.full(len(data), -1, dtype=np.int64)
+
+
+def _dict_field(values: np.ndarray | None, key: str, default: Any, dtype: Any = object) -> Callable[[], np.ndarray]:
+    def get() -> np.ndarray:
+        if values is None:
+            return np.full(0, default, dtype=dtype)
+        out = [(v or {}).get(key, default) if isinstance(v, Mapping) or v is None else default for v in values]
+        return np.asarray(out, dtype=dtype)
+
+    return get
+
+
+def _decoder(tokenizer: Any, ids: torch.Tensor, mask: torch.Tensor | None) -> Callable[[], np.ndarray]:
+    def decode() -> np.ndarray:
+        if tokenizer is None:
+            raise cols.BatchError("text columns need the run's tokenizer, which this batch was built without")
+        rows = ids.tolist()
+        if mask is not None:  # keep only the valid (unpadded) tokens of each row
+            keep = mask.bool().tolist()
+            rows = [[t for t, k in zip(r, m) if k] for r, m in zip(rows, keep)]
+        return np.asarray(tokenizer.batch_decode(rows, skip_special_tokens=True), dtype=object)
+
+    return decode
+
+
+def _chat_text(messages: np.ndarray) -> Callable[[], np.ndarray]:
+    def text() -> np.ndarray:
+        out = []
+        for m in messages:
+            if isinstance(m, str):
+                out.append(m)
+            else:  # a list of {"role", "content"} dicts
+                out.append("\n".join(str(x.get("content", "")) for x in (m if m is not None else [])))
+        return np.asarray(out, dtype=object)
+
+    return text
+
+
+def _extra_column(values: np.ndarray) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.dtype == object:
+        try:
+            return arr.astype(np.float64)
+        except (TypeError, ValueError):
+            return arr
+    return arr
+
+
+def prompt_batch(data: DataProto, meta: Mapping[str, Any] | None = None) -> Batch:
+    """One row per prompt, as drawn from the dataloader (before generation)."""
+    nt = data.non_tensor_batch
+    n = len(data)
+    columns: dict[str, Any] = {cols.INDEX: _indices(data)}
+    if "data_source" in nt:
+        columns[cols.DATA_SOURCE] = nt["data_source"]
+    if "uid" in nt:
+        columns[cols.UID] = nt["uid"]
+    lazy: dict[str, Callable[[], np.ndarray]] = {}
+    extra = nt.get("extra_info")
+    if extra is not None:
+        lazy[cols.COMPLEXITY] = _dict_field(extra, "complexity_score", np.nan, np.float64)
+    if "reward_model" in nt:
+        lazy[cols.TARGET] = _dict_field(nt["reward_model"], "ground_truth", None)
+    if "raw_prompt" in nt:
+        lazy[cols.PROMPT] = _chat_text(nt["raw_prompt"])
+    return Batch(columns, lazy=lazy, meta=meta, length=n)
+
+
+def trajectory_batch(data: DataProto, tokenizer: Any = None, meta: Mapping[str, Any] | None = None) -> Batch:
+    """One row per trajectory, after generation and reward (and, at step end, advantages)."""
+    t = data.batch
+    nt = data.non_tensor_batch
+    n = len(data)
+    keys = set(t.keys()) if t is not None else set()
+    columns: dict[str, Any] = {cols.INDEX: _indices(data)}
+    for src, dst in (("uid", cols.UID), ("data_source", cols.DATA_SOURCE)):
+        if src in nt:
+            columns[dst] = nt[src]
+    if "token_level_scores" in keys:
+        columns[cols.REWARD] = _np(t["token_level_scores"].sum(-1))
+    lazy: dict[str, Callable[[], np.ndarray]] = {}
+    mask = t["response_mask"] if "response_mask" in keys else None
+    if "token_level_rewards" in keys:
+        rewards = t["token_level_rewards"]
+        lazy[cols.FINAL_REWARD] = lambda: _np(rewards.sum(-1))
+    if "advantages" in keys and mask is not None:
+        adv, m = t["advantages"], mask
+        lazy[cols.ADVANTAGE] = lambda: _np((adv * m).sum(-1) / m.sum(-1).clamp(min=1))
+    if mask is not None:
+        lazy[cols.RESPONSE_LENGTH] = lambda: mask.sum(-1).cpu().numpy().astype(np.int64)
+    if "attention_mask" in keys and "responses" in keys:
+        att, resp_len = t["attention_mask"], t["responses"].shape[-1]
+        lazy[cols.PROMPT_LENGTH] = lambda: att[:, :-resp_len].sum(-1).cpu().numpy().astype(np.int64)
+    extra_keys = [k for k in data.meta_info.get("reward_extra_keys", ()) if k in nt]
+    for k in extra_keys:
+        lazy[k] = (lambda v=nt[k]: _extra_column(v))
+    fn_names = [k[len(cols.REWARD_FN_PREFIX):] for k in nt if k.startswith(cols.REWARD_FN_PREFIX)]
+    for name in fn_names:
+        columns[cols.REWARD_FN_PREFIX + name] = np.asarray(nt[cols.REWARD_FN_PREFIX + name], dtype=np.float64)
+    if "extra_info" in nt:
+        lazy[cols.COMPLEXITY] = _dict_field(nt["extra_info"], "complexity_score", np.nan, np.float64)
+    if "reward_model" in nt:
+        lazy[cols.TARGET] = _dict_field(nt["reward_model"], "ground_truth", None)
+    if "prompts" in keys:
+        prompts = t["prompts"]
+        pmask = t["attention_mask"][:, : prompts.shape[-1]] if "attention_mask" in keys else None
+        lazy[cols.PROMPT] = _decoder(tokenizer, prompts, pmask)
+    elif "raw_prompt" in nt:
+        lazy[cols.PROMPT] = _chat_text(nt["raw_prompt"])
+    if "responses" in keys:
+        lazy[cols.RESPONSE] = _decoder(tokenizer, t["responses"], mask)
+    full_meta = {"reward_extra_keys": tuple(extra_keys), "reward_functions": tuple(fn_names), **(meta or {})}
+    return Batch(columns, lazy=lazy, meta=full_meta, length=n)
+
+
+# -- Batch -> DataProto ------------------------------------------------------------------------
+
+
+def select_rows(data: DataProto, rows: np.ndarray | Sequence[int]) -> DataProto:
+    """The DataProto restricted to ``rows``: a bool keep mask or sorted int row indices."""
+    idx = np.asarray(rows)
+    if idx.dtype == bool:
+        if idx.shape != (len(data),):
+            raise ValueError(f"keep mask has shape {idx.shape}, the DataProto has {len(data)} rows")
+        idx = np.flatnonzero(idx)
+    if len(idx) == len(data) and np.array_equal(idx, np.arange(len(data))):
+        return data  # nothing dropped: no copy
+    return data.select_idxs(idx.astype(np.int64))
+
+
+def concat(parts: Sequence[DataProto]) -> DataProto:
+    """Rows of several generation batches in order; meta_info merged (later batches win).
+
+    DataProto.concat asserts equal meta_info values, but per-batch facts (e.g. timing) differ
+    between generation batches, so meta_info is merged here instead.
+    """
+    if len(parts) == 1:
+        return parts[0]
+    meta: dict[str, Any] = {}
+    for p in parts:
+        meta.update({k: v for k, v in p.meta_info.items() if k != "metrics"})
+    bare = [DataProto(batch=p.batch, non_tensor_batch=p.non_tensor_batch, meta_info={}) for p in parts]
+    out = DataProto.concat(bare)
+    out.meta_info = meta
+    return out

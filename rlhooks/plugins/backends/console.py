@@ -1,0 +1,136 @@
+"""ConsoleBackend: a compact line per step and readable sample tables on stdout/stderr.
+
+    step 12 | rewards/mean 0.5123 | source/gsm8k/reward 0.6 | filter/kept_ratio 0.75 | … +41 more
+
+Tables print as one indented JSON object per row, long text cut to ``max_text`` characters::
+
+    ── samples/top_bottom_k · step 12 · 4 rows ──
+    {
+      "selection": "top",
+      ...
+    }
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import sys
+from collections.abc import Mapping
+from typing import IO, Any, Literal
+
+import attrs
+import numpy as np
+
+from rlhooks import hookimpl
+from rlhooks.plugins.backends._common import DispatchOptions, json_safe, non_negative, positive, to_number, truncate
+
+
+def _fmt(value: float | int, digits: int) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value) or math.isinf(value):
+        return str(value)
+    return f"{value:.{digits}g}"
+
+
+class ConsoleBackend:
+    """Prints metrics (every ``interval`` steps) and tables in a human-readable form."""
+
+    @attrs.frozen(kw_only=True)
+    class Options(DispatchOptions):
+        #: metric names or glob patterns to print, in this order; empty: every metric, sorted
+        keys: list[str] = attrs.field(factory=list)
+        #: print metrics every N steps (step 1 is always printed)
+        interval: int = attrs.field(default=1, validator=positive)
+        #: at most this many metrics per line (0 = no limit); the rest is counted
+        max_keys: int = attrs.field(default=12, validator=non_negative)
+        #: significant digits of floats
+        digits: int = attrs.field(default=4, validator=positive)
+        #: longest text printed in a table cell before it is cut (0 = no limit)
+        max_text: int = attrs.field(default=300, validator=non_negative)
+        #: print tables (sample rows) at all
+        tables: bool = True
+        #: print a one-line summary of each histogram
+        histograms: bool = False
+        stream: Literal["stdout", "stderr"] = "stdout"
+
+    def __init__(self, options: Options | None = None) -> None:
+        self.options = options if options is not None else self.Options()
+        self._patterns = [k for k in self.options.keys if any(c in k for c in "*?[")]
+
+    def _out(self) -> IO[str]:
+        # looked up per call so a redirected sys.stdout (pytest, notebooks) is honoured
+        return sys.stdout if self.options.stream == "stdout" else sys.stderr
+
+    def _select(self, metrics: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], int]:
+        if not self.options.keys:
+            names = sorted(metrics)
+        else:
+            names = []
+            seen: set[str] = set()
+            for key in self.options.keys:
+                matches = sorted(fnmatch.filter(metrics, key)) if key in self._patterns else ([key] if key in metrics else [])
+                for m in matches:
+                    if m not in seen:
+                        seen.add(m)
+                        names.append(m)
+        limit = self.options.max_keys or len(names)
+        shown = [(n, metrics[n]) for n in names[:limit]]
+        return shown, len(names) - len(shown)
+
+    def format_metrics(self, step: int, metrics: Mapping[str, Any]) -> str:
+        shown, rest = self._select(metrics)
+        parts = [f"step {step}"]
+        for name, value in shown:
+            num = to_number(value)
+            parts.append(f"{name} {_fmt(num, self.options.digits) if num is not None else value}")
+        if rest:
+            parts.append(f"… +{rest} more")
+        return " | ".join(parts)
+
+    def format_table(self, step: int, name: str, rows: list[dict[str, Any]]) -> str:
+        limit = self.options.max_text
+        lines = [f"── {name} · step {step} · {len(rows)} row{'s' if len(rows) != 1 else ''} ──"]
+        for row in rows:
+            cut = {k: truncate(v, limit) if isinstance(v, str) else v for k, v in row.items()}
+            lines.append(json.dumps(json_safe(cut), indent=2, ensure_ascii=False))
+        return "\n".join(lines)
+
+    @hookimpl
+    def log_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
+        if step != 1 and step % self.options.interval:
+            return
+        out = self._out()
+        out.write(self.format_metrics(step, metrics) + "\n")
+        out.flush()
+
+    @hookimpl
+    def log_table(self, step: int, name: str, rows: list[dict[str, Any]]) -> None:
+        if not self.options.tables:
+            return
+        out = self._out()
+        out.write(self.format_table(step, name, rows) + "\n")
+        out.flush()
+
+    @hookimpl
+    def log_histogram(self, step: int, name: str, values: np.ndarray) -> None:
+        if not self.options.histograms:
+            return
+        v = np.asarray(values, dtype=np.float64)
+        d = self.options.digits
+        if v.size:
+            text = (f"n={v.size} mean={_fmt(float(v.mean()), d)} std={_fmt(float(v.std()), d)} "
+                    f"min={_fmt(float(v.min()), d)} max={_fmt(float(v.max()), d)}")
+        else:
+            text = "n=0"
+        out = self._out()
+        out.write(f"step {step} | {name} {text}\n")
+        out.flush()
+
+    @hookimpl
+    def on_run_end(self, status: str) -> None:
+        out = self._out()
+        out.write(f"run ended: {status}\n")
+        out.flush()

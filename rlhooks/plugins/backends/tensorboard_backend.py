@@ -1,0 +1,166 @@
+"""TensorBoardBackend: event files written with ``torch.utils.tensorboard.SummaryWriter``.
+
+* metrics -> scalars (tag = metric name, step = the training step); one event per step holds
+  all of the step's scalars;
+* histograms -> TensorBoard histograms;
+* tables -> markdown text (tag ``<table name>/text_summary`` in the event file, shown in the
+  Text tab under the table name); long cells cut to ``max_text`` characters;
+* a custom-scalars layout (Custom Scalars tab) grouping ``source/``, ``rewards/``, ``filter/``
+  and ``curriculum/`` metrics into multi-line charts.
+
+``torch.utils.tensorboard`` is imported in ``on_run_start`` only, so loading the entry point is cheap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import structlog
+
+from rlhooks import hookimpl
+from rlhooks.plugins.backends._common import DispatchOptions, columns_of, non_negative, plain, positive, to_number, truncate
+
+log = structlog.get_logger("rlhooks.backends")
+
+DEFAULT_DIR = "tensorboard"
+
+#: Custom Scalars tab: category -> chart title -> ["Multiline", [tag regexes]]
+LAYOUT: dict[str, dict[str, list[Any]]] = {
+    "source": {
+        "reward by source": ["Multiline", [r"^source/[^/]+/reward"]],
+        "count by source": ["Multiline", [r"^source/[^/]+/count$"]],
+        "weight by source": ["Multiline", [r"^source/[^/]+/weight$"]],
+        "all source metrics": ["Multiline", [r"^source/"]],
+    },
+    "rewards": {
+        "reward functions (mean)": ["Multiline", [r"^rewards/.*mean$"]],
+        "all reward metrics": ["Multiline", [r"^rewards/"]],
+    },
+    "filter": {
+        "groups": ["Multiline", [r"^filter/.*groups$"]],
+        "all filter metrics": ["Multiline", [r"^filter/", r"^train/num_gen_batches$"]],
+    },
+    "curriculum": {
+        "curriculum": ["Multiline", [r"^curriculum/"]],
+    },
+}
+
+
+def _md_cell(value: Any, limit: int) -> str:
+    v = plain(value)
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        text = repr(v) if math.isfinite(v) else str(v)
+    else:
+        text = str(v)
+    text = truncate(text, limit)
+    # a cell must stay on one line and must not close the cell early
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>")
+
+
+def markdown_table(rows: list[dict[str, Any]], limit: int) -> str:
+    """Rows as a markdown table; columns are the union of the rows' keys, missing cells empty."""
+    if not rows:
+        return "*(no rows)*"
+    cols = columns_of(rows)
+    lines = [
+        "| " + " | ".join(_md_cell(c, limit) for c in cols) + " |",
+        "|" + "---|" * len(cols),
+    ]
+    for row in rows:
+        lines.append("| " + " | ".join(_md_cell(row.get(c), limit) for c in cols) + " |")
+    return "\n".join(lines)
+
+
+class TensorBoardBackend:
+    """Scalars, histograms and text tables in TensorBoard event files under ``<run_dir>/tensorboard``."""
+
+    @attrs.frozen(kw_only=True)
+    class Options(DispatchOptions):
+        #: event-file directory; relative paths are under the run directory
+        log_dir: str = DEFAULT_DIR
+        #: seconds between the writer's flushes to disk (everything is flushed at run end)
+        flush_secs: int = attrs.field(default=30, validator=positive)
+        #: events the writer buffers before writing
+        max_queue: int = attrs.field(default=100, validator=positive)
+        #: write histograms sent with log_histogram
+        histograms: bool = True
+        #: write tables as markdown text
+        tables: bool = True
+        #: longest text in a table cell before it is cut (0 = no limit)
+        max_text: int = attrs.field(default=1000, validator=non_negative)
+        #: write the custom-scalars layout (source/, rewards/, filter/, curriculum/)
+        layout: bool = True
+
+    def __init__(self, options: Options | None = None) -> None:
+        self.options = options if options is not None else self.Options()
+        self.writer: Any = None
+        self.log_dir: Path | None = None
+        self._summary_cls: Any = None
+
+    def _ensure_writer(self, run_dir: Path | None = None) -> Any:
+        if self.writer is None:
+            from torch.utils.tensorboard import SummaryWriter  # heavy: only when a run uses it
+
+            try:
+                from tensorboard.compat.proto.summary_pb2 import Summary
+
+                self._summary_cls = Summary
+            except ImportError:  # pragma: no cover - torch's writer needs tensorboard anyway
+                self._summary_cls = None
+            d = Path(self.options.log_dir)
+            if not d.is_absolute():
+                d = (run_dir if run_dir is not None else Path.cwd()) / d
+            d.mkdir(parents=True, exist_ok=True)
+            self.log_dir = d
+            self.writer = SummaryWriter(log_dir=str(d), max_queue=self.options.max_queue, flush_secs=self.options.flush_secs)
+        return self.writer
+
+    @hookimpl
+    def on_run_start(self, run: Any) -> None:
+        w = self._ensure_writer(run.run_dir)
+        if self.options.layout:
+            w.add_custom_scalars(LAYOUT)
+
+    @hookimpl
+    def log_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
+        w = self._ensure_writer()
+        values = [(k, float(n)) for k, v in metrics.items() if (n := to_number(v)) is not None]
+        file_writer = getattr(w, "_get_file_writer", None)
+        if self._summary_cls is not None and file_writer is not None:
+            # one event per step with every scalar: ~20x cheaper than add_scalar per metric
+            S = self._summary_cls
+            summary = S(value=[S.Value(tag=k, simple_value=v) for k, v in values])
+            file_writer().add_summary(summary, int(step))
+        else:  # pragma: no cover - older torch
+            for k, v in values:
+                w.add_scalar(k, v, global_step=int(step))
+
+    @hookimpl
+    def log_histogram(self, step: int, name: str, values: np.ndarray) -> None:
+        if not self.options.histograms:
+            return
+        v = np.asarray(values, dtype=np.float64).ravel()
+        v = v[np.isfinite(v)]
+        if v.size == 0:
+            return  # TensorBoard cannot bin an empty histogram
+        self._ensure_writer().add_histogram(name, v, global_step=int(step))
+
+    @hookimpl
+    def log_table(self, step: int, name: str, rows: list[dict[str, Any]]) -> None:
+        if not self.options.tables:
+            return
+        self._ensure_writer().add_text(name, markdown_table(rows, self.options.max_text), global_step=int(step))
+
+    @hookimpl
+    def on_run_end(self, status: str) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+            self.writer.close()
+            self.writer = None

@@ -1,0 +1,171 @@
+"""WandbBackend: a real Weights & Biases run (online, offline or disabled).
+
+* metrics -> ``run.log(metrics, step=step)``, always with the explicit training step;
+* tables -> ``wandb.Table``: by default one *incremental* table per name (each step's rows are
+  appended and only the new rows are uploaded; wandb >= 0.19), else (``table_mode: per_step``
+  or an older wandb) a new table per step under the same key;
+* histograms -> ``wandb.Histogram``;
+* the run's config, with secrets redacted, as the W&B config.
+
+Table columns: a table's columns are fixed by the rows of its first call (union of their keys,
+in first-seen order) plus a last column ``_extra``. A later row without a column gets None
+there; a later row with a key that is not a column is not dropped: its extra keys are kept,
+JSON-encoded, in ``_extra``, and a warning naming them is logged once per table.
+
+``wandb`` is imported in ``on_run_start`` only, so loading the entry point is cheap.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import numpy as np
+import structlog
+
+from rlhooks import hookimpl
+from rlhooks.plugins.backends._common import DispatchOptions, columns_of, json_safe, plain, to_number
+
+log = structlog.get_logger("rlhooks.backends")
+
+EXTRA_COLUMN = "_extra"
+
+
+@attrs.define
+class _TableState:
+    columns: list[str]
+    table: Any = None  # the incremental wandb.Table, when used
+    warned: set[str] = attrs.field(factory=set)
+
+
+class WandbBackend:
+    """Logs to a W&B run created in ``on_run_start`` and finished in ``on_run_end``."""
+
+    @attrs.frozen(kw_only=True)
+    class Options(DispatchOptions):
+        project: str = "rlhooks"
+        entity: str | None = None
+        #: run name; default: the rlhooks run name
+        name: str | None = None
+        #: online, offline or disabled; default: wandb's own (WANDB_MODE, else online)
+        mode: Literal["online", "offline", "disabled"] | None = None
+        #: where wandb writes its files; default: the run directory (relative paths are under it)
+        dir: str | None = None
+        tags: list[str] = attrs.field(factory=list)
+        group: str | None = None
+        job_type: str | None = None
+        notes: str | None = None
+        #: one incremental table per name, or a new table per step
+        table_mode: Literal["incremental", "per_step"] = "incremental"
+        histograms: bool = True
+        #: upload the (redacted) rlhooks config as the W&B run config
+        log_config: bool = True
+        #: extra wandb.Settings fields, e.g. {console: "off"}
+        settings: dict[str, Any] = attrs.field(factory=dict)
+
+    def __init__(self, options: Options | None = None) -> None:
+        self.options = options if options is not None else self.Options()
+        self.run: Any = None
+        self._wandb: Any = None
+        self._tables: dict[str, _TableState] = {}
+        self._incremental = False
+
+    @hookimpl
+    def on_run_start(self, run: Any) -> None:
+        import wandb  # heavy: only when a run uses it
+
+        o = self.options
+        d = Path(o.dir) if o.dir else Path(run.run_dir)
+        if not d.is_absolute():
+            d = Path(run.run_dir) / d
+        d.mkdir(parents=True, exist_ok=True)
+        kwargs: dict[str, Any] = dict(
+            project=o.project, entity=o.entity, name=o.name or run.name, dir=str(d),
+            tags=list(o.tags) or None, group=o.group, job_type=o.job_type, notes=o.notes,
+            config=json_safe(run.redacted_config()) if o.log_config else None,
+        )
+        if o.mode is not None:
+            kwargs["mode"] = o.mode
+        if o.settings:
+            kwargs["settings"] = wandb.Settings(**o.settings)
+        init_params = inspect.signature(wandb.init).parameters
+        if "reinit" in init_params:
+            # several rlhooks runs in one process (tests, sweeps) each get their own W&B run
+            kwargs["reinit"] = "create_new" if _supports_create_new(wandb) else True
+        self._wandb = wandb
+        self.run = wandb.init(**{k: v for k, v in kwargs.items() if v is not None})
+        self._incremental = o.table_mode == "incremental" and "log_mode" in inspect.signature(wandb.Table).parameters
+        if o.table_mode == "incremental" and not self._incremental:
+            log.warning(
+                "this wandb version has no incremental tables; logging a new table per step instead",
+                plugin="wandb", wandb_version=getattr(wandb, "__version__", "?"),
+            )
+
+    @hookimpl
+    def log_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
+        if self.run is None:
+            raise RuntimeError("wandb backend: log_metrics before on_run_start (no W&B run yet)")
+        data = {k: n for k, v in metrics.items() if (n := to_number(v)) is not None}
+        self.run.log(data, step=int(step))
+
+    def _row(self, state: _TableState, name: str, row: Mapping[str, Any]) -> list[Any]:
+        extra = {k: v for k, v in row.items() if k not in state.columns}
+        if extra:
+            new = set(extra) - state.warned
+            if new:
+                state.warned |= new
+                log.warning(
+                    f"wandb table {name!r}: row keys {sorted(new)} are not columns of this table "
+                    f"(columns are fixed by its first rows); their values are kept as JSON in {EXTRA_COLUMN!r}",
+                    plugin="wandb", table=name,
+                )
+        values = [plain(row.get(c)) for c in state.columns]
+        values.append(json.dumps(json_safe(extra), ensure_ascii=False) if extra else None)
+        return values
+
+    @hookimpl
+    def log_table(self, step: int, name: str, rows: list[dict[str, Any]]) -> None:
+        if self.run is None:
+            raise RuntimeError("wandb backend: log_table before on_run_start (no W&B run yet)")
+        wandb = self._wandb
+        state = self._tables.get(name)
+        if state is None:
+            state = self._tables[name] = _TableState([c for c in columns_of(rows) if c != EXTRA_COLUMN])
+        data = [self._row(state, name, r) for r in rows]
+        cols = [*state.columns, EXTRA_COLUMN]
+        if self._incremental:
+            if state.table is None:
+                state.table = wandb.Table(columns=cols, log_mode="INCREMENTAL", allow_mixed_types=True)
+            for values in data:
+                state.table.add_data(*values)
+            table = state.table
+        else:
+            table = wandb.Table(columns=cols, data=data, allow_mixed_types=True)
+        self.run.log({name: table}, step=int(step))
+
+    @hookimpl
+    def log_histogram(self, step: int, name: str, values: np.ndarray) -> None:
+        if not self.options.histograms or self.run is None:
+            return
+        v = np.asarray(values, dtype=np.float64).ravel()
+        v = v[np.isfinite(v)]
+        if v.size:
+            self.run.log({name: self._wandb.Histogram(v)}, step=int(step))
+
+    @hookimpl
+    def on_run_end(self, status: str) -> None:
+        if self.run is not None:
+            self.run.finish(exit_code=0 if status == "success" else 1)
+            self.run = None
+
+
+def _supports_create_new(wandb: Any) -> bool:
+    try:
+        major, minor = (int(x) for x in wandb.__version__.split(".")[:2])
+    except (AttributeError, ValueError):
+        return False
+    return (major, minor) >= (0, 19)

@@ -1,0 +1,156 @@
+"""Built-in reward functions for ``<reasoning>...</reasoning><answer>...</answer>`` responses.
+
+Each is a plain function ``fn(response: str, target: str, **info) -> float`` (extra keyword
+arguments are accepted and ignored), usable in ``rewards:`` by name, from Python, and through
+``rlhooks.plugins.rewards.verl_adapter.compute_score`` as verl's custom reward function.
+Each carries ``reward_range = (low, high)``, which the reward monitor uses for coverage.
+
+Scoring rules (pinned by tests/rewards/test_functions.py):
+
+format_exact   3.0 when the whole response is, apart from leading/trailing whitespace,
+               ``<reasoning>X</reasoning>Y<answer>Z</answer>`` with X and Z not blank, Y and Z
+               free of further ``<answer>`` tags (exactly one answer block; Y may otherwise
+               be anything, newlines included); else 0.0.
+format_approx  five checks, +0.5 when met and -0.5 when not, range [-2.5, 2.5]:
+               exactly one ``<reasoning>``; the response starts with ``<reasoning>`` after
+               leading whitespace; exactly one ``</reasoning>``; exactly one ``<answer>``;
+               exactly one ``</answer>``.
+check_answer   the answer is Z of a response format_exact accepts; no such answer -> 0.0.
+               3.0  Z == target (exact string match);
+               1.5  equal after normalization (trim, collapse whitespace, case-fold, drop a
+                    trailing period);
+               0.5  both numbers and |Z - target| <= 10% of |target|;
+               0.25 both numbers and |Z - target| <= 20% of |target|;
+               -1.0 otherwise (wrong, or not a number).
+               Numbers may contain thousands commas, a leading ``$`` or a trailing ``%``.
+check_numbers  1.5 when the first number after ``<answer>`` (optional sign, digits, optional
+               decimals; commas ignored) equals the target as a number; else 0.0 (also when
+               there is no number or the target is not a number).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+__all__ = ["format_exact", "format_approx", "check_answer", "check_numbers", "BUILTIN_FUNCTIONS", "extract_answer"]
+
+REASONING_START, REASONING_END = "<reasoning>", "</reasoning>"
+ANSWER_START, ANSWER_END = "<answer>", "</answer>"
+
+# Whole response: optional whitespace, reasoning block, anything, answer block, optional whitespace.
+# Y and Z may not contain another answer tag: two answer blocks are not one well-formed answer.
+_FORMAT = re.compile(
+    r"\A\s*<reasoning>(.+?)</reasoning>(?:(?!<answer>).)*?<answer>((?:(?!</?answer>).)+)</answer>\s*\Z",
+    re.DOTALL,
+)
+_NUMBER_AFTER_ANSWER = re.compile(r"<answer>.*?([-+]?\d[\d,]*(?:\.\d+)?|[-+]?\.\d+)", re.DOTALL)
+_WS = re.compile(r"\s+")
+
+
+def _text(value: Any, what: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    raise TypeError(f"{what} must be a string, got {type(value).__name__}: {value!r:.80}")
+
+
+def _target(value: Any) -> str:
+    # verl ground truths are often numbers; anything else is a caller error.
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(value) if isinstance(value, float) else str(value)
+    return _text(value, "target")
+
+
+def extract_answer(response: str) -> str | None:
+    """The ``<answer>`` content of a response format_exact accepts, else None."""
+    m = _FORMAT.match(_text(response, "response"))
+    if m is None or not m.group(1).strip() or not m.group(2).strip():
+        return None
+    return m.group(2)
+
+
+def _normalize(s: str) -> str:
+    s = _WS.sub(" ", s.strip()).casefold()
+    return s[:-1].rstrip() if s.endswith(".") else s
+
+
+def _as_number(s: str) -> float | None:
+    t = s.strip().replace(",", "")
+    t = t.removeprefix("$").removesuffix("%").strip()
+    try:
+        v = float(t)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def format_exact(response: str, target: str = "", **info: Any) -> float:
+    """3.0 for a properly formatted response, else 0.0 (see the module docstring)."""
+    return 3.0 if extract_answer(response) is not None else 0.0
+
+
+format_exact.reward_range = (0.0, 3.0)  # type: ignore[attr-defined]
+
+
+def format_approx(response: str, target: str = "", **info: Any) -> float:
+    """Partial format credit in [-2.5, 2.5]: five tag checks, +-0.5 each."""
+    r = _text(response, "response")
+    checks = (
+        r.count(REASONING_START) == 1,
+        r.lstrip().startswith(REASONING_START),
+        r.count(REASONING_END) == 1,
+        r.count(ANSWER_START) == 1,
+        r.count(ANSWER_END) == 1,
+    )
+    return float(sum(0.5 if ok else -0.5 for ok in checks))
+
+
+format_approx.reward_range = (-2.5, 2.5)  # type: ignore[attr-defined]
+
+
+def check_answer(response: str, target: str, **info: Any) -> float:
+    """Answer correctness in [-1.0, 3.0]: exact 3.0, normalized 1.5, 10% 0.5, 20% 0.25, wrong -1.0."""
+    answer = extract_answer(response)
+    tgt = _target(target)
+    if answer is None:
+        return 0.0
+    if answer == tgt:
+        return 3.0
+    if _normalize(answer) == _normalize(tgt):
+        return 1.5
+    a, t = _as_number(answer), _as_number(tgt)
+    if a is None or t is None:
+        return -1.0
+    diff = abs(a - t)
+    if diff <= 0.1 * abs(t):
+        return 0.5
+    if diff <= 0.2 * abs(t):
+        return 0.25
+    return -1.0
+
+
+check_answer.reward_range = (-1.0, 3.0)  # type: ignore[attr-defined]
+
+
+def check_numbers(response: str, target: str, **info: Any) -> float:
+    """1.5 when the first number after ``<answer>`` equals the target numerically, else 0.0."""
+    m = _NUMBER_AFTER_ANSWER.search(_text(response, "response"))
+    tgt = _as_number(_target(target))
+    if m is None or tgt is None:
+        return 0.0
+    guess = _as_number(m.group(1))
+    return 1.5 if guess is not None and guess == tgt else 0.0
+
+
+check_numbers.reward_range = (0.0, 1.5)  # type: ignore[attr-defined]
+
+#: name -> function, in the order the verl adapter applies them by default
+BUILTIN_FUNCTIONS = {
+    "format_exact": format_exact,
+    "format_approx": format_approx,
+    "check_answer": check_answer,
+    "check_numbers": check_numbers,
+}

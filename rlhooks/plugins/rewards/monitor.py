@@ -1,0 +1,259 @@
+"""RewardMonitor: reward-signal statistics, training dynamics, alerts and an end-of-run analysis.
+
+Which rows: by default (``stats_on: generated``) the reward statistics cover every response
+generated in the step (all ``on_rewards_computed`` batches of the step, before any filter),
+because DAPO drops the all-correct / all-wrong groups and post-filter statistics would
+describe a biased sample. ``stats_on: trained`` uses the rows that trained instead.
+Training dynamics always come from ``on_step_end`` (engine metrics and the trained batch).
+
+Metrics per step:
+
+rewards/mean|std|min|max|total   over the finite ``reward`` values (std: population, ddof 0;
+                                 total: sum); rewards/count rows, rewards/nonfinite NaN/inf rows
+rewards/variance                 std squared
+rewards/signal_to_noise          |mean| / std (0 when std is 0)
+rewards/entropy                  Shannon entropy (nats) of a histogram of the rewards with
+                                 ``entropy_bins`` equal-width bins over [min, max] (0 if all equal)
+rewards/functions/<f>, <f>_std   mean and std of each function's unweighted score (reward_fn/<f>)
+contributions/<f>                100 * |w_f * mean_f| / sum_g |w_g * mean_g| (weights from the
+                                 ``rewards:`` config, 1 when unknown)
+training/kl_divergence           engine metric actor/ppo_kl, else actor/kl_loss
+training/policy_entropy          engine metric actor/entropy
+training/advantage_mean|std      over the trained batch's ``advantage`` column
+alerts/count|info|warning|critical, alerts/total   see alerts.py
+
+Distributions (``log_distributions: true``) go to backends through ``run.log_histogram`` as
+``rewards/distribution`` and ``rewards/functions/<f>/distribution``. The step history used for
+trend alerts and the run-end analysis is a deque of at most ``history`` steps.
+
+At run end the monitor logs an alert summary and (``analyze_at_end``) the analyzer's quality
+report, function importance and reward-hacking check, and writes them as JSON to
+``<run_dir>/<summary_file>``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import attrs
+import numpy as np
+import structlog
+
+from rlhooks.core.batch import ADVANTAGE, REWARD, REWARD_FN_PREFIX, Batch
+from rlhooks.core.hookspecs import hookimpl
+from rlhooks.core.run import RunContext
+from rlhooks.plugins.rewards.alerts import AlertManager, AlertSpec
+from rlhooks.plugins.rewards.analyzer import AnalyzerError, RewardAnalyzer
+
+log = structlog.get_logger("rlhooks.rewards.monitor")
+
+KL_KEYS = ("actor/ppo_kl", "actor/kl_loss")
+ENTROPY_KEY = "actor/entropy"
+
+
+@attrs.frozen(kw_only=True)
+class RewardMonitorOptions:
+    #: rows the reward statistics cover: every generated response (pre-filter) or the trained rows
+    stats_on: Literal["generated", "trained"] = "generated"
+    #: steps kept in memory for trends and the run-end analysis
+    history: int = attrs.field(default=1000, validator=attrs.validators.ge(1))
+    entropy_bins: int = attrs.field(default=20, validator=attrs.validators.ge(2))
+    #: send reward distributions to backends that support histograms
+    log_distributions: bool = False
+    #: ...every this many steps
+    distribution_every: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    alerts: tuple[AlertSpec, ...] = ()
+    #: run the RewardAnalyzer on the in-memory history at run end
+    analyze_at_end: bool = True
+    #: a metric that measures real performance (e.g. val/acc), for the reward-hacking check
+    performance_metric: str | None = None
+    #: JSON file in the run directory for the run-end summary
+    summary_file: str = "reward_monitor.json"
+
+
+def reward_stats(reward: np.ndarray, bins: int = 20) -> dict[str, float]:
+    """Aggregate metrics over one array of sequence rewards (non-finite values excluded)."""
+    reward = np.asarray(reward, dtype=np.float64)
+    ok = np.isfinite(reward)
+    r = reward[ok]
+    out: dict[str, float] = {"rewards/count": int(len(reward)), "rewards/nonfinite": int(len(reward) - len(r))}
+    if not len(r):
+        return out
+    mean, std = float(r.mean()), float(r.std())
+    lo, hi = float(r.min()), float(r.max())
+    if hi > lo:
+        counts, _ = np.histogram(r, bins=bins, range=(lo, hi))
+        p = counts[counts > 0] / len(r)
+        entropy = float(-(p * np.log(p)).sum())
+    else:
+        entropy = 0.0
+    out.update({
+        "rewards/mean": mean, "rewards/std": std, "rewards/min": lo, "rewards/max": hi,
+        "rewards/total": float(r.sum()), "rewards/variance": std * std,
+        "rewards/signal_to_noise": abs(mean) / std if std > 0 else 0.0,
+        "rewards/entropy": entropy,
+    })
+    return out
+
+
+def function_stats(components: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> dict[str, float]:
+    """Per-function mean/std of unweighted scores and each one's share of the weighted total."""
+    out: dict[str, float] = {}
+    weighted: dict[str, float] = {}
+    for name, values in components.items():
+        v = np.asarray(values, dtype=np.float64)
+        v = v[np.isfinite(v)]
+        if not len(v):
+            continue
+        mean = float(v.mean())
+        out[f"rewards/functions/{name}"] = mean
+        out[f"rewards/functions/{name}_std"] = float(v.std())
+        weighted[name] = abs(weights.get(name, 1.0) * mean)
+    total = sum(weighted.values())
+    for name, w in weighted.items():
+        out[f"contributions/{name}"] = 100.0 * w / total if total > 0 else 0.0
+    return out
+
+
+class RewardMonitor:
+    """Reward statistics, training dynamics, alerts and run-end analysis (see module docstring)."""
+
+    Options = RewardMonitorOptions
+
+    def __init__(self, options: RewardMonitorOptions | None = None) -> None:
+        self.options = options if options is not None else RewardMonitorOptions()
+        self.alerts = AlertManager(self.options.alerts)
+        self.history: deque[tuple[int, dict[str, float]]] = deque(maxlen=self.options.history)
+        self.run: RunContext | None = None
+        self.weights: dict[str, float] = {}
+        self.reward_range: tuple[float, float] | None = None
+        self._step: int | None = None
+        self._rewards: list[np.ndarray] = []
+        self._components: dict[str, list[np.ndarray]] = {}
+
+    # -- hooks ----------------------------------------------------------------------------
+    @hookimpl
+    def on_run_start(self, run: RunContext) -> None:
+        self.run = run
+        fns = [c for c in run.config.rewards if c.is_reward_function]
+        self.weights = {c.name: float(c.weight) for c in fns}
+        self.reward_range = _total_range([(c.weight, getattr(c.obj, "reward_range", None)) for c in fns])
+
+    @hookimpl
+    def on_rewards_computed(self, step: int, batch: Batch) -> None:
+        if self.options.stats_on != "generated":
+            return None
+        if self._step != step:
+            self._reset(step)
+        self._add_rows(batch)
+        return None
+
+    @hookimpl
+    def on_step_end(self, step: int, batch: Batch, metrics: Mapping[str, float]) -> dict[str, float]:
+        if self.options.stats_on == "trained" or self._step != step or not self._rewards:
+            self._reset(step)  # also an engine that never called on_rewards_computed
+            self._add_rows(batch)
+        reward = np.concatenate(self._rewards) if self._rewards else np.zeros(0)
+        components = {k: np.concatenate(v) for k, v in self._components.items()}
+        out = reward_stats(reward, self.options.entropy_bins)
+        out.update(function_stats(components, self.weights))
+        out.update(self._dynamics(batch, metrics))
+        fired = self.alerts.check(step, {**metrics, **out})
+        out.update(AlertManager.step_metrics(fired, self.alerts.counts))
+        if fired and self.run is not None:
+            self.run.log_table("alerts", [a.row() for a in fired], step=step)
+        if self.options.log_distributions and self.run is not None and step % self.options.distribution_every == 0:
+            self.run.log_histogram("rewards/distribution", reward, step=step)
+            for name, values in components.items():
+                self.run.log_histogram(f"rewards/functions/{name}/distribution", values, step=step)
+        kept = dict(out)
+        perf = self.options.performance_metric
+        if perf and perf in metrics:
+            kept[perf] = float(metrics[perf])
+        self.history.append((step, kept))
+        self._reset(None)
+        return out
+
+    @hookimpl
+    def on_run_end(self, status: str) -> None:
+        summary = self.summary(status)
+        a = summary["alerts"]
+        log.info(
+            "reward monitor summary", status=status, alerts=a["total"], by_level=a["by_level"],
+            quality_score=(summary.get("quality") or {}).get("quality_score"),
+            reward_hacking=(summary.get("reward_hacking") or {}).get("detected"),
+        )
+        if self.run is not None:
+            path = self.run.run_dir / self.options.summary_file
+            path.write_text(json.dumps(summary, indent=2, default=_json_default), encoding="utf-8")
+
+    # -- helpers --------------------------------------------------------------------------
+    def summary(self, status: str = "") -> dict[str, Any]:
+        """Alert summary plus, when enabled and possible, the analyzer's reports."""
+        out: dict[str, Any] = {"status": status, "steps": len(self.history), "alerts": self.alerts.summary()}
+        if not self.options.analyze_at_end or not self.history:
+            return out
+        an = RewardAnalyzer(self.history, reward_range=self.reward_range)
+        try:
+            out["quality"] = an.analyze_quality().to_dict()
+        except AnalyzerError as exc:
+            out["quality_error"] = str(exc)
+        out["function_importance"] = an.analyze_function_importance()
+        out["reward_hacking"] = an.detect_reward_hacking(self.options.performance_metric).to_dict()
+        return out
+
+    def _reset(self, step: int | None) -> None:
+        self._step, self._rewards, self._components = step, [], {}
+
+    def _add_rows(self, batch: Batch) -> None:
+        if not len(batch):
+            return
+        if REWARD in batch:
+            self._rewards.append(np.asarray(batch[REWARD], dtype=np.float64))
+        names = batch.meta.get("reward_functions") or [
+            c[len(REWARD_FN_PREFIX):] for c in batch.columns if c.startswith(REWARD_FN_PREFIX)
+        ]
+        for name in names:
+            col = REWARD_FN_PREFIX + name
+            if col in batch:
+                self._components.setdefault(name, []).append(np.asarray(batch[col], dtype=np.float64))
+
+    @staticmethod
+    def _dynamics(batch: Batch, metrics: Mapping[str, float]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for key in KL_KEYS:
+            if key in metrics:
+                out["training/kl_divergence"] = float(metrics[key])
+                break
+        if ENTROPY_KEY in metrics:
+            out["training/policy_entropy"] = float(metrics[ENTROPY_KEY])
+        if ADVANTAGE in batch and len(batch):
+            adv = np.asarray(batch[ADVANTAGE], dtype=np.float64)
+            adv = adv[np.isfinite(adv)]
+            if len(adv):
+                out["training/advantage_mean"] = float(adv.mean())
+                out["training/advantage_std"] = float(adv.std())
+        return out
+
+
+def _total_range(parts: list[tuple[float, tuple[float, float] | None]]) -> tuple[float, float] | None:
+    """Possible range of the weighted total, when every function declares its reward_range."""
+    if not parts or any(r is None for _, r in parts):
+        return None
+    lo = hi = 0.0
+    for w, (a, b) in parts:  # type: ignore[misc]
+        lo += min(w * a, w * b)
+        hi += max(w * a, w * b)
+    return (lo, hi)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    return str(o)

@@ -1,0 +1,156 @@
+"""Per-source batch composition and reward, for the rows that trained and for all generated rows.
+
+Metrics (``<name>`` is a ``data_source`` value):
+
+trained rows (the ``on_step_end`` batch, after filtering and trimming)
+    source/<name>/count            trajectory rows from this source (0 when a source was
+                                   generated this step but none of its rows trained)
+    source/<name>/reward           mean of the ``reward`` column (sum of token-level scores)
+    source/<name>/acc              mean of the ``acc`` reward extra, when the batch has it
+everything generated in the step (every ``on_rewards_computed`` batch of the step, before filters)
+    source/<name>/generated_count
+    source/<name>/generated_reward
+    source/<name>/generated_acc
+
+Means ignore NaN/inf values (the DAPO filter counts those); a source whose values are all
+non-finite gets no mean that step. Work per batch is one factorization of the source column
+plus bincounts; the only Python loops are over the distinct sources.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import numpy as np
+
+from rlhooks.core.batch import DATA_SOURCE, REWARD, Batch
+from rlhooks.core.hookspecs import hookimpl
+
+ACC = "acc"
+
+
+@attrs.frozen(kw_only=True)
+class SourceMetricsOptions:
+    #: also report every generated row (pre-filter) as source/<name>/generated_*
+    generated: bool = True
+    #: column naming the source
+    source_column: str = DATA_SOURCE
+
+
+#: above this many distinct labels factorize() sorts instead of scanning once per label
+MAX_SCAN_LABELS = 64
+
+
+def factorize(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct labels in order of first appearance, code per row).
+
+    Sources come in long runs (a group's rows share one) and are few, so: run-length encode
+    (one vectorized comparison), then label the run heads with one comparison per distinct
+    label. ``np.unique`` on object strings sorts with Python comparisons and is ~20x slower;
+    it is the fallback when there are many labels.
+    """
+    labels = np.asarray(labels)
+    n = len(labels)
+    if n == 0:
+        return labels[:0], np.zeros(0, np.int64)
+    boundary = np.empty(n, dtype=bool)
+    boundary[0] = True
+    np.not_equal(labels[1:], labels[:-1], out=boundary[1:])
+    heads = labels[boundary]
+    head_codes = np.full(len(heads), -1, dtype=np.int64)
+    names = []
+    left = np.arange(len(heads))
+    while len(left):  # one pass per distinct label
+        if len(names) >= MAX_SCAN_LABELS:
+            uniq, first, inv = np.unique(labels, return_index=True, return_inverse=True)
+            order = np.argsort(first, kind="stable")
+            rank = np.empty_like(order)
+            rank[order] = np.arange(len(order))
+            return uniq[order], rank[inv.ravel()].astype(np.int64)
+        same = heads[left] == heads[left[0]]
+        head_codes[left[same]] = len(names)
+        names.append(heads[left[0]])
+        left = left[~same]
+    out = np.empty(len(names), dtype=labels.dtype)
+    out[:] = names
+    return out, head_codes[np.cumsum(boundary) - 1]
+
+
+def source_sums(batch: Batch, source_column: str = DATA_SOURCE) -> dict[str, np.ndarray]:
+    """Per-source sums for one batch: names, count, and (sum, finite count) of reward and acc."""
+    names, codes = factorize(batch[source_column])
+    k = len(names)
+    out: dict[str, np.ndarray] = {"names": names, "count": np.bincount(codes, minlength=k).astype(np.float64)}
+    for col in (REWARD, ACC):
+        if col not in batch:
+            continue
+        v = np.asarray(batch[col], dtype=np.float64)
+        ok = np.isfinite(v)
+        out[f"{col}_sum"] = np.bincount(codes, weights=np.where(ok, v, 0.0), minlength=k)
+        out[f"{col}_n"] = np.bincount(codes, weights=ok, minlength=k)
+    return out
+
+
+class _Totals:
+    """Running per-source sums across the generation batches of one step."""
+
+    __slots__ = ("count", "sums")
+
+    def __init__(self) -> None:
+        self.count: dict[str, float] = {}
+        self.sums: dict[str, dict[str, float]] = {}
+
+    def add(self, part: dict[str, np.ndarray]) -> None:
+        names = [str(n) for n in part["names"].tolist()]
+        for i, name in enumerate(names):  # over distinct sources, not rows
+            self.count[name] = self.count.get(name, 0.0) + float(part["count"][i])
+            acc = self.sums.setdefault(name, {})
+            for key in ("reward_sum", "reward_n", "acc_sum", "acc_n"):
+                if key in part:
+                    acc[key] = acc.get(key, 0.0) + float(part[key][i])
+
+
+def _emit(totals: _Totals, suffix: str, out: dict[str, float]) -> None:
+    for name, count in totals.count.items():
+        out[f"source/{name}/{suffix}count"] = int(count)
+        sums = totals.sums.get(name, {})
+        for col in (REWARD, ACC):
+            n = sums.get(f"{col}_n", 0.0)
+            if n > 0:
+                out[f"source/{name}/{suffix}{col}"] = sums[f"{col}_sum"] / n
+
+
+class SourceMetrics:
+    """``source/<name>/count|reward|acc`` for trained rows and ``generated_*`` for all generated rows."""
+
+    Options = SourceMetricsOptions
+
+    def __init__(self, options: SourceMetricsOptions | None = None) -> None:
+        self.options = options if options is not None else SourceMetricsOptions()
+        self._step: int | None = None
+        self._generated = _Totals()
+
+    @hookimpl
+    def on_rewards_computed(self, step: int, batch: Batch) -> None:
+        if not self.options.generated or len(batch) == 0:
+            return None
+        if self._step != step:  # a new step: earlier generations were emitted or belong to a failed step
+            self._step, self._generated = step, _Totals()
+        self._generated.add(source_sums(batch, self.options.source_column))
+        return None
+
+    @hookimpl
+    def on_step_end(self, step: int, batch: Batch) -> dict[str, Any]:
+        out: dict[str, float] = {}
+        trained = _Totals()
+        if len(batch):
+            trained.add(source_sums(batch, self.options.source_column))
+        generated = self._generated if self._step == step else _Totals()
+        for name in generated.count:  # sources generated but not trained show count 0
+            trained.count.setdefault(name, 0.0)
+        _emit(trained, "", out)
+        if self.options.generated:
+            _emit(generated, "generated_", out)
+        self._step, self._generated = None, _Totals()
+        return out

@@ -1,0 +1,447 @@
+"""One reusable contract class per hook spec, and HookPluginContract combining them.
+
+A plugin author subclasses a contract in a ``Test*`` class and provides a ``plugin`` fixture
+returning a fresh instance (a module works too)::
+
+    from rlhooks.testing import HookPluginContract
+
+    class TestMyPlugin(HookPluginContract):
+        @pytest.fixture
+        def plugin(self):
+            return MyPlugin()
+
+Every ``test_<hook>_*`` check of a hook the plugin does not implement is skipped. Checks that
+are expected to fail are declared by name (or ``name[param-id]``) and become strict xfails::
+
+        xfail_checks = {"test_on_rewards_computed_empty_batch": "needs at least one group"}
+
+Hooks are called through a real pluggy PluginManager carrying rlhooks' specs, in run order:
+``on_run_start`` (with a RunContext over a temporary run directory) first, ``on_run_end`` last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+from rlhooks.core.batch import Batch
+from rlhooks.core.hookspecs import HOOK_NAMES
+from rlhooks.testing import checks
+from rlhooks.testing.checks import PluginHarness, check_metrics_result, check_none_result, describe
+from rlhooks.testing.factories import (
+    RecordingRun,
+    batch_differences,
+    make_prompt_batch,
+    make_run_context,
+    make_step_metrics,
+    make_table_rows,
+    make_trajectory_batch,
+)
+
+BatchFactory = Callable[..., Batch]
+
+
+class _ContractBase:
+    """Fixtures shared by every contract. Override any of them in your subclass."""
+
+    #: check name (or ``name[param-id]``) -> reason; turned into strict xfail markers
+    xfail_checks: ClassVar[Mapping[str, str]] = {}
+
+    @pytest.fixture
+    def plugin(self) -> Any:
+        pytest.fail(
+            f"{type(self).__name__} must provide a `plugin` fixture returning a fresh instance of the plugin "
+            f"under test (see rlhooks.testing)"
+        )
+
+    @pytest.fixture
+    def run_dir(self, tmp_path: Path) -> Path:
+        path = tmp_path / "run"
+        path.mkdir()
+        return path
+
+    @pytest.fixture
+    def run_context(self, run_dir: Path) -> RecordingRun:
+        """The RunContext passed to on_run_start (records emitted tables and histograms)."""
+        return make_run_context(run_dir)
+
+    @pytest.fixture
+    def prompt_batch_factory(self) -> BatchFactory:
+        """``factory(n_prompts, seed=, step=, generation=) -> Batch`` of prompt rows; deterministic."""
+        return make_prompt_batch
+
+    @pytest.fixture
+    def trajectory_batch_factory(self) -> BatchFactory:
+        """``factory(n_groups, group_size, seed=, step=, generation=, advantage=) -> Batch``; deterministic."""
+        return make_trajectory_batch
+
+    @pytest.fixture
+    def harness(self, plugin: Any, run_context: RecordingRun) -> Iterator[PluginHarness]:
+        """The plugin on its own PluginManager; not started yet."""
+        h = PluginHarness(plugin, run_context)
+        yield h
+        h.close()
+
+    @pytest.fixture
+    def started(self, harness: PluginHarness) -> PluginHarness:
+        """The harness after on_run_start (when the plugin implements it)."""
+        if harness.implements("on_run_start"):
+            check_none_result(harness.start(), f"{describe(harness.plugin)}.on_run_start")
+        harness.started = True
+        return harness
+
+    # -- helpers for checks ------------------------------------------------------------
+    @staticmethod
+    def _require(harness: PluginHarness, hook: str) -> None:
+        if not harness.implements(hook):
+            pytest.skip(f"{describe(harness.plugin)} does not implement {hook}")
+
+    @staticmethod
+    def _where(harness: PluginHarness, hook: str) -> str:
+        return f"{describe(harness.plugin)}.{hook}"
+
+    def _call_metrics_hook_unmutated(
+        self, harness: PluginHarness, hook: str, factory: Callable[[], Batch], step: int = 1, **extra: Any
+    ) -> Any:
+        """Call a batch hook on a fresh batch; assert the batch equals an identical untouched one."""
+        batch, reference = factory(), factory()
+        result = harness.call(hook, step=step, batch=batch, **extra)
+        where = self._where(harness, hook)
+        check_metrics_result(result, where)
+        problems = batch_differences(reference, batch)
+        assert not problems, f"{where} mutated its batch (it must treat it as read-only):\n  " + "\n  ".join(problems)
+        checks.check_emitted(harness.run, where)
+        return result
+
+
+class OnRunStartContract(_ContractBase):
+    """on_run_start: returns None, leaves the config untouched, tolerates an immediate on_run_end."""
+
+    def test_on_run_start_returns_none(self, harness: PluginHarness) -> None:
+        self._require(harness, "on_run_start")
+        check_none_result(harness.start(), self._where(harness, "on_run_start"))
+        checks.check_emitted(harness.run, self._where(harness, "on_run_start"))
+
+    def test_on_run_start_does_not_mutate_config(self, harness: PluginHarness) -> None:
+        self._require(harness, "on_run_start")
+        config = harness.run.config
+        before = config.resolved(redact=False), checks.frozen_copy(dict(config.raw))
+        harness.start()
+        after = config.resolved(redact=False), dict(config.raw)
+        assert after == before, f"{self._where(harness, 'on_run_start')} mutated run.config"
+
+    def test_on_run_start_run_dir_may_be_reused(self, harness: PluginHarness, plugin: Any) -> None:
+        """Files from an earlier attempt in the run directory (a resumed run) do not break start."""
+        self._require(harness, "on_run_start")
+        run_dir: Path = harness.run.run_dir
+        (run_dir / "leftover.txt").write_text("from an earlier attempt\n")
+        check_none_result(harness.start(), self._where(harness, "on_run_start"))
+
+
+class OnBatchSampledContract(_ContractBase):
+    """on_batch_sampled: metrics or None; batch read-only; empty and single-row batches; many generations."""
+
+    def test_on_batch_sampled_returns_metrics_or_none(self, started: PluginHarness, prompt_batch_factory: BatchFactory) -> None:
+        self._require(started, "on_batch_sampled")
+        self._call_metrics_hook_unmutated(started, "on_batch_sampled", lambda: prompt_batch_factory(8, seed=1))
+
+    def test_on_batch_sampled_does_not_mutate_batch(self, started: PluginHarness, prompt_batch_factory: BatchFactory) -> None:
+        self._require(started, "on_batch_sampled")
+        for step in (1, 2):
+            self._call_metrics_hook_unmutated(
+                started, "on_batch_sampled", lambda: prompt_batch_factory(16, seed=step, step=step), step=step
+            )
+
+    def test_on_batch_sampled_empty_batch(self, started: PluginHarness, prompt_batch_factory: BatchFactory) -> None:
+        self._require(started, "on_batch_sampled")
+        self._call_metrics_hook_unmutated(started, "on_batch_sampled", lambda: prompt_batch_factory(0, seed=2))
+
+    def test_on_batch_sampled_single_row(self, started: PluginHarness, prompt_batch_factory: BatchFactory) -> None:
+        self._require(started, "on_batch_sampled")
+        self._call_metrics_hook_unmutated(started, "on_batch_sampled", lambda: prompt_batch_factory(1, seed=3))
+
+    def test_on_batch_sampled_several_generations(self, started: PluginHarness, prompt_batch_factory: BatchFactory) -> None:
+        """Dynamic sampling: the hook fires several times per step, generation 1, 2, 3."""
+        self._require(started, "on_batch_sampled")
+        for gen in (1, 2, 3):
+            self._call_metrics_hook_unmutated(
+                started, "on_batch_sampled", lambda: prompt_batch_factory(4, seed=10 + gen, step=1, generation=gen)
+            )
+
+
+class OnRewardsComputedContract(_ContractBase):
+    """on_rewards_computed: metrics or None; batch read-only; empty, single-row, single-response groups."""
+
+    def test_on_rewards_computed_returns_metrics_or_none(
+        self, started: PluginHarness, trajectory_batch_factory: BatchFactory
+    ) -> None:
+        self._require(started, "on_rewards_computed")
+        self._call_metrics_hook_unmutated(started, "on_rewards_computed", lambda: trajectory_batch_factory(4, 4, seed=1))
+
+    def test_on_rewards_computed_does_not_mutate_batch(
+        self, started: PluginHarness, trajectory_batch_factory: BatchFactory
+    ) -> None:
+        self._require(started, "on_rewards_computed")
+        for step in (1, 2):
+            self._call_metrics_hook_unmutated(
+                started, "on_rewards_computed",
+                lambda: trajectory_batch_factory(6, 4, seed=step, step=step, uniform_groups=2), step=step,
+            )
+
+    def test_on_rewards_computed_empty_batch(self, started: PluginHarness, trajectory_batch_factory: BatchFactory) -> None:
+        self._require(started, "on_rewards_computed")
+        self._call_metrics_hook_unmutated(started, "on_rewards_computed", lambda: trajectory_batch_factory(0, 4, seed=2))
+
+    def test_on_rewards_computed_single_row(self, started: PluginHarness, trajectory_batch_factory: BatchFactory) -> None:
+        self._require(started, "on_rewards_computed")
+        self._call_metrics_hook_unmutated(started, "on_rewards_computed", lambda: trajectory_batch_factory(1, 1, seed=3))
+
+    def test_on_rewards_computed_single_response_groups(
+        self, started: PluginHarness, trajectory_batch_factory: BatchFactory
+    ) -> None:
+        """n=1: every group has one response (zero within-group variance)."""
+        self._require(started, "on_rewards_computed")
+        self._call_metrics_hook_unmutated(started, "on_rewards_computed", lambda: trajectory_batch_factory(8, 1, seed=4))
+
+    def test_on_rewards_computed_several_generations(
+        self, started: PluginHarness, trajectory_batch_factory: BatchFactory
+    ) -> None:
+        self._require(started, "on_rewards_computed")
+        for gen in (1, 2, 3):
+            self._call_metrics_hook_unmutated(
+                started, "on_rewards_computed", lambda: trajectory_batch_factory(3, 4, seed=20 + gen, generation=gen)
+            )
+
+
+class OnStepEndContract(_ContractBase):
+    """on_step_end: metrics or None; batch and metrics read-only; empty (nothing trained) and tiny batches."""
+
+    def _step_end(self, h: PluginHarness, factory: Callable[[], Batch], step: int = 1) -> Any:
+        metrics = make_step_metrics(step)
+        sent = checks.frozen_copy(metrics)
+        result = self._call_metrics_hook_unmutated(h, "on_step_end", factory, step=step, metrics=metrics)
+        assert metrics.keys() == sent.keys() and all(
+            checks.values_equal(sent[k], metrics[k], rel=0) for k in sent
+        ), f"{self._where(h, 'on_step_end')} mutated the metrics it received"
+        return result
+
+    def test_on_step_end_returns_metrics_or_none(self, started: PluginHarness, trajectory_batch_factory: BatchFactory) -> None:
+        self._require(started, "on_step_end")
+        self._step_end(started, lambda: trajectory_batch_factory(4, 4, seed=1, advantage=True))
+
+    def test_on_step_end_does_not_mutate_inputs(self, started: PluginHarness, trajectory_batch_factory: BatchFactory) -> None:
+        self._require(started, "on_step_end")
+        for step in (1, 2, 3):
+            self._step_end(started, lambda: trajectory_batch_factory(5, 4, seed=step, step=step, advantage=True), step)
+
+    def test_on_step_end_empty_batch(self, started: PluginHarness, trajectory_batch_factory: BatchFactory) -> None:
+        """With on_gen_limit: continue a step may train on nothing."""
+        self._require(started, "on_step_end")
+        self._step_end(started, lambda: trajectory_batch_factory(0, 4, seed=2, advantage=True))
+
+    def test_on_step_end_single_row(self, started: PluginHarness, trajectory_batch_factory: BatchFactory) -> None:
+        self._require(started, "on_step_end")
+        self._step_end(started, lambda: trajectory_batch_factory(1, 1, seed=3, advantage=True))
+
+    def test_on_step_end_read_only_metrics_view(self, started: PluginHarness, trajectory_batch_factory: BatchFactory) -> None:
+        """The manager passes metrics as a read-only mapping; the plugin must not need a dict."""
+        self._require(started, "on_step_end")
+        result = started.call(
+            "on_step_end", step=1, batch=trajectory_batch_factory(2, 2, seed=5), metrics=MappingProxyType(make_step_metrics(1))
+        )
+        check_metrics_result(result, self._where(started, "on_step_end"))
+
+
+class LogMetricsContract(_ContractBase):
+    """log_metrics: returns None; metrics read-only; empty dicts, numpy scalars, NaN, sparse steps."""
+
+    def _log(self, h: PluginHarness, step: int, metrics: dict[str, Any]) -> None:
+        sent = checks.frozen_copy(metrics)
+        check_none_result(h.call("log_metrics", step=step, metrics=metrics), self._where(h, "log_metrics"))
+        assert metrics.keys() == sent.keys() and all(
+            checks.values_equal(sent[k], metrics[k], rel=0) for k in sent
+        ), f"{self._where(h, 'log_metrics')} mutated the metrics it received"
+
+    def test_log_metrics_returns_none(self, started: PluginHarness) -> None:
+        self._require(started, "log_metrics")
+        self._log(started, 1, make_step_metrics(1))
+
+    def test_log_metrics_does_not_mutate_metrics(self, started: PluginHarness) -> None:
+        self._require(started, "log_metrics")
+        for step in (1, 2, 3):
+            self._log(started, step, make_step_metrics(step))
+
+    def test_log_metrics_empty_dict(self, started: PluginHarness) -> None:
+        self._require(started, "log_metrics")
+        self._log(started, 1, {})
+
+    def test_log_metrics_value_types(self, started: PluginHarness) -> None:
+        """ints, bools, numpy scalars of several widths, NaN and inf are all valid metric values."""
+        self._require(started, "log_metrics")
+        self._log(started, 1, {
+            "a/int": 3, "a/bool": True, "a/np_int32": np.int32(7), "a/np_float16": np.float16(0.5),
+            "a/nan": float("nan"), "a/inf": float("inf"), "a/neg": -1e-12, "a/big": 1e300,
+        })
+
+    def test_log_metrics_non_consecutive_steps(self, started: PluginHarness) -> None:
+        """Backends must log with the explicit step (resumed runs start past 1)."""
+        self._require(started, "log_metrics")
+        for step in (5, 6, 40):
+            self._log(started, step, make_step_metrics(step))
+
+
+class LogTableContract(_ContractBase):
+    """log_table: returns None; rows read-only; empty tables; rows with differing keys and odd text."""
+
+    def _log(self, h: PluginHarness, step: int, name: str, rows: list[dict[str, Any]]) -> None:
+        sent = checks.frozen_copy(rows)
+        check_none_result(h.call("log_table", step=step, name=name, rows=rows), self._where(h, "log_table"))
+        assert rows == sent, f"{self._where(h, 'log_table')} mutated the rows it received"
+
+    def test_log_table_returns_none(self, started: PluginHarness) -> None:
+        self._require(started, "log_table")
+        self._log(started, 1, "samples/top_bottom_k", make_table_rows(4))
+
+    def test_log_table_does_not_mutate_rows(self, started: PluginHarness) -> None:
+        self._require(started, "log_table")
+        for step in (1, 2):
+            self._log(started, step, "samples/random", make_table_rows(6, seed=step))
+
+    def test_log_table_empty_rows(self, started: PluginHarness) -> None:
+        self._require(started, "log_table")
+        self._log(started, 1, "samples/empty", [])
+
+    def test_log_table_single_row_differing_keys(self, started: PluginHarness) -> None:
+        self._require(started, "log_table")
+        self._log(started, 1, "samples/one", make_table_rows(1, seed=3))
+        self._log(started, 1, "samples/two", make_table_rows(2, seed=4))  # row 2 has an extra key
+
+
+class LogHistogramContract(_ContractBase):
+    """log_histogram: returns None; values read-only; empty and single-value arrays."""
+
+    def _log(self, h: PluginHarness, step: int, name: str, values: np.ndarray) -> None:
+        sent = values.copy()
+        check_none_result(h.call("log_histogram", step=step, name=name, values=values), self._where(h, "log_histogram"))
+        assert np.array_equal(values, sent), f"{self._where(h, 'log_histogram')} mutated the values it received"
+
+    def test_log_histogram_returns_none(self, started: PluginHarness) -> None:
+        self._require(started, "log_histogram")
+        self._log(started, 1, "rewards/distribution", np.random.default_rng(0).normal(size=256))
+
+    def test_log_histogram_empty_values(self, started: PluginHarness) -> None:
+        self._require(started, "log_histogram")
+        self._log(started, 1, "rewards/distribution", np.zeros(0))
+
+    def test_log_histogram_single_value(self, started: PluginHarness) -> None:
+        self._require(started, "log_histogram")
+        self._log(started, 2, "rewards/distribution", np.array([0.25]))
+
+
+class OnRunEndContract(_ContractBase):
+    """on_run_end: returns None for every status, also right after start (a run that failed early)."""
+
+    @pytest.mark.parametrize("status", checks.STATUSES)
+    def test_on_run_end_returns_none(self, started: PluginHarness, status: str) -> None:
+        self._require(started, "on_run_end")
+        check_none_result(started.end(status), self._where(started, "on_run_end"))
+
+    def test_on_run_end_after_steps(self, started: PluginHarness, trajectory_batch_factory: BatchFactory) -> None:
+        self._require(started, "on_run_end")
+        _run_steps(started, trajectory_batch_factory, steps=2)
+        check_none_result(started.end("success"), self._where(started, "on_run_end"))
+
+
+def _run_steps(h: PluginHarness, trajectory_batch_factory: BatchFactory, steps: int = 3, generations: int = 2,
+               prompt_batch_factory: BatchFactory = make_prompt_batch) -> None:
+    """The hook traffic of ``steps`` steps, as the StepDriver sends it."""
+    where = describe(h.plugin)
+    for step in range(1, steps + 1):
+        merged: dict[str, Any] = make_step_metrics(step)
+        trained = []
+        for gen in range(1, generations + 1):
+            seed = 100 * step + gen
+            r = h.call("on_batch_sampled", step=step, batch=prompt_batch_factory(4, seed=seed, step=step, generation=gen))
+            check_metrics_result(r, f"{where}.on_batch_sampled")
+            merged.update(r or {})
+            traj = trajectory_batch_factory(4, 4, seed=seed, step=step, generation=gen, uniform_groups=1)
+            r = h.call("on_rewards_computed", step=step, batch=traj)
+            check_metrics_result(r, f"{where}.on_rewards_computed")
+            merged.update(r or {})
+            trained.append(traj)
+        batch = Batch.concat(trained).with_meta(step=step)
+        r = h.call("on_step_end", step=step, batch=batch, metrics=MappingProxyType(dict(merged)))
+        check_metrics_result(r, f"{where}.on_step_end")
+        merged.update(r or {})
+        check_none_result(h.call("log_metrics", step=step, metrics=MappingProxyType(dict(merged))), f"{where}.log_metrics")
+        check_none_result(h.call("log_table", step=step, name="samples/test", rows=make_table_rows(3, seed=step)),
+                          f"{where}.log_table")
+        check_none_result(h.call("log_histogram", step=step, name="rewards/distribution",
+                                 values=np.linspace(0, 1, 11)), f"{where}.log_histogram")
+        checks.check_emitted(h.run, where)
+
+
+class HookPluginContract(
+    OnRunStartContract,
+    OnBatchSampledContract,
+    OnRewardsComputedContract,
+    OnStepEndContract,
+    LogMetricsContract,
+    LogTableContract,
+    LogHistogramContract,
+    OnRunEndContract,
+):
+    """Every hook contract plus registration checks and a full run; for hook-only plugins."""
+
+    #: a hook-only plugin must implement at least one hook (components may implement none)
+    requires_hooks: ClassVar[bool] = True
+
+    def test_registers_on_plugin_manager(self, harness: PluginHarness) -> None:
+        """Registers on a pluggy PluginManager with rlhooks' specs; check_pending passes (no unknown hooks)."""
+        unknown = set(harness.hooks) - set(HOOK_NAMES)
+        assert not unknown, f"{describe(harness.plugin)} implements hooks rlhooks does not define: {sorted(unknown)}"
+        if self.requires_hooks:
+            assert harness.hooks, (
+                f"{describe(harness.plugin)} implements no hook: decorate its hook methods with "
+                f"@rlhooks.hookimpl (hooks: {', '.join(HOOK_NAMES)})"
+            )
+
+    def test_hook_argument_names_are_spec_arguments(self, harness: PluginHarness) -> None:
+        specs = checks.spec_argnames()
+        bad = []
+        for caller in harness.pm.get_hookcallers(harness.plugin) or []:
+            for impl in caller.get_hookimpls():
+                extra = set(impl.argnames) - set(specs[caller.name])
+                if extra:
+                    bad.append(f"{caller.name}{tuple(impl.argnames)}: {sorted(extra)} not in {specs[caller.name]}")
+        assert not bad, f"{describe(harness.plugin)} asks for arguments its hooks do not have:\n  " + "\n  ".join(bad)
+
+    def test_hook_like_methods_are_registered(self, harness: PluginHarness) -> None:
+        """A method named like a hook but not decorated (or misspelled) would silently never run."""
+        problems = checks.hook_like_undecorated(harness.plugin, harness.hooks)
+        assert not problems, f"{describe(harness.plugin)}:\n  " + "\n  ".join(problems)
+
+    def test_full_run_lifecycle(self, started: PluginHarness, trajectory_batch_factory: BatchFactory,
+                                prompt_batch_factory: BatchFactory) -> None:
+        """Three steps of two generation batches each, every hook in driver order, then on_run_end."""
+        _run_steps(started, trajectory_batch_factory, steps=3, generations=2, prompt_batch_factory=prompt_batch_factory)
+        check_none_result(started.end("success"), f"{describe(started.plugin)}.on_run_end")
+        checks.check_emitted(started.run, describe(started.plugin))
+
+
+#: hook name -> the contract class that checks it (a meta-test keeps this complete)
+HOOK_CONTRACTS: dict[str, type] = {
+    "on_run_start": OnRunStartContract,
+    "on_batch_sampled": OnBatchSampledContract,
+    "on_rewards_computed": OnRewardsComputedContract,
+    "on_step_end": OnStepEndContract,
+    "log_metrics": LogMetricsContract,
+    "log_table": LogTableContract,
+    "log_histogram": LogHistogramContract,
+    "on_run_end": OnRunEndContract,
+}

@@ -1,0 +1,189 @@
+"""Fixtures for core tests: small plugin distributions installed for real with pip."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+
+def pip_install_target(src: Path, target: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--disable-pip-version-check", "--target", str(target), str(src)],
+        check=True, capture_output=True, text=True,
+    )
+
+
+def write_dist(root: Path, dist: str, version: str, module: str, code: str, entry_points: dict[str, dict[str, str]]) -> Path:
+    """A minimal source distribution: pyproject with entry points and one module."""
+    src = root / f"{dist}-src"
+    (src / module).mkdir(parents=True)
+    (src / module / "__init__.py").write_text(textwrap.dedent(code))
+    eps = "\n".join(
+        f'[project.entry-points."{group}"]\n' + "\n".join(f'{k} = "{v}"' for k, v in names.items())
+        for group, names in entry_points.items()
+    )
+    (src / "pyproject.toml").write_text(textwrap.dedent(f"""\
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "{dist}"
+        version = "{version}"
+
+        [tool.setuptools]
+        packages = ["{module}"]
+
+        """) + eps + "\n")
+    return src
+
+
+BACKEND_CODE = '''
+    from rlhooks import hookimpl
+
+    class Backend:
+        """A backend from a third-party distribution."""
+        def __init__(self):
+            self.seen = []
+
+        @hookimpl
+        def log_metrics(self, step, metrics):
+            self.seen.append((step, dict(metrics)))
+'''
+
+
+OPTIONS_CODE = '''
+    from typing import Literal
+
+    import attrs
+    import numpy as np
+
+    from rlhooks import Sampler, hookimpl
+
+
+    @attrs.frozen(kw_only=True)
+    class BackendOptions:
+        log_dir: str
+        interval: int = 1
+        mode: Literal["online", "offline"] = "online"
+        api_key: str | None = None
+        ratio: float = attrs.field(default=0.5, validator=attrs.validators.le(1.0))
+
+
+    class OptBackend:
+        """A backend with typed options."""
+        Options = BackendOptions
+
+        def __init__(self, options):
+            self.options = options
+            self.logged = []
+
+        @hookimpl
+        def log_metrics(self, step, metrics):
+            self.logged.append(step)
+
+
+    def const_reward(response, target, **info):
+        """1.0 when the response equals the target."""
+        if response == "boom":
+            raise RuntimeError("cannot score this one")
+        return float(response == target)
+
+
+    @attrs.frozen(kw_only=True)
+    class FancyOptions:
+        temperature: float = 1.0
+        source_weights: dict[str, float] = attrs.field(factory=dict)
+
+
+    class FancySampler(Sampler):
+        """A sampler with a legacy name."""
+        Options = FancyOptions
+        deprecated_names = {"OldFancySampler": "FancySampler"}
+
+        def __iter__(self):
+            return iter(range(len(self.data)))
+
+        def __len__(self):
+            return len(self.data)
+
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+
+    class TypoPlugin:
+        """Implements a misspelled hook."""
+        @hookimpl
+        def on_reward_computed(self, step, batch):
+            return None
+
+
+    class Exploding:
+        \"\"\"Cannot be constructed.\"\"\"
+        def __init__(self):
+            raise OSError("no disk")
+
+
+    class Counter:
+        """Counts hook calls."""
+        def __init__(self):
+            self.calls = []
+
+        @hookimpl
+        def on_step_end(self, step, batch, metrics):
+            self.calls.append(step)
+            return {"counter/steps": len(self.calls)}
+
+        def state_dict(self):
+            return {"calls": list(self.calls)}
+
+        def load_state_dict(self, state):
+            self.calls = list(state["calls"])
+'''
+
+
+@pytest.fixture(scope="session")
+def installed_dists(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three distributions pip-installed into one target dir (put on sys.path by `third_party`):
+
+    * ``alpha-plugins 1.0`` registers backend ``shared_name`` and ``alpha_only``;
+    * ``beta-plugins 2.3`` registers backend ``shared_name`` too (a duplicate);
+    * ``broken-plugins 0.1`` registers backend ``broken_one`` whose module fails to import;
+    * ``options-plugins 0.2`` registers components with typed Options (see OPTIONS_CODE).
+    """
+    root = tmp_path_factory.mktemp("dists")
+    target = root / "site"
+    alpha = write_dist(root, "alpha-plugins", "1.0", "alpha_plugins", BACKEND_CODE,
+                       {"rlhooks.backends": {"shared_name": "alpha_plugins:Backend", "alpha_only": "alpha_plugins:Backend"}})
+    beta = write_dist(root, "beta-plugins", "2.3", "beta_plugins", BACKEND_CODE,
+                      {"rlhooks.backends": {"shared_name": "beta_plugins:Backend"}})
+    broken = write_dist(root, "broken-plugins", "0.1", "broken_plugins",
+                        "import a_module_that_does_not_exist_anywhere\n",
+                        {"rlhooks.backends": {"broken_one": "broken_plugins:Backend"}})
+    opts = write_dist(root, "options-plugins", "0.2", "options_plugins", OPTIONS_CODE,
+                      {"rlhooks.backends": {"opt_backend": "options_plugins:OptBackend"},
+                       "rlhooks.rewards": {"const_reward": "options_plugins:const_reward"},
+                       "rlhooks.samplers": {"FancySampler": "options_plugins:FancySampler",
+                                            "OldFancySampler": "options_plugins:FancySampler"},
+                       "rlhooks.plugins": {"typo_plugin": "options_plugins:TypoPlugin",
+                                           "counter": "options_plugins:Counter",
+                                           "exploding": "options_plugins:Exploding"}})
+    for src in (alpha, beta, broken, opts):
+        pip_install_target(src, target)
+    return target
+
+
+@pytest.fixture
+def third_party(installed_dists: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.syspath_prepend(str(installed_dists))
+    importlib.invalidate_caches()
+    return installed_dists
