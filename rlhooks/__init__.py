@@ -5,7 +5,7 @@ Plugins import what they need from here only::
     from rlhooks import hookimpl, Batch
 """
 
-from rlhooks.core.batch import Batch, GroupIndex
+from rlhooks.core.batch import Batch, GroupIndex, RowLazy
 from rlhooks.core.components import FilterDecision, NoOptions, RewardFunction, Sampler
 from rlhooks.core.config import Config, ComponentConfig, RunOptions, load_config
 from rlhooks.core.data import DatasetColumns
@@ -28,7 +28,7 @@ from rlhooks.core.run import RunContext
 __version__ = "0.1.0"
 
 __all__ = [
-    "Batch", "GroupIndex", "FilterDecision", "NoOptions", "RewardFunction", "Sampler",
+    "Batch", "GroupIndex", "RowLazy", "FilterDecision", "NoOptions", "RewardFunction", "Sampler",
     "Config", "ComponentConfig", "RunOptions", "load_config", "DatasetColumns",
     "GroupAccumulator", "Rollout", "StepDriver", "RunManager", "Registry", "RunContext",
     "hookimpl", "hookspec", "RLHooksError", "ConfigError", "RegistryError", "UnknownComponentError",

@@ -345,10 +345,9 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, KeyError):
         return f"required option {exc.args[0]!r} is missing"
     msg = str(exc)
-    if "Literal" in msg or "not in literal" in msg:
-        m = re.search(r"(\S+) not in literal (.+)", msg)
-        if m:
-            return f"must be one of {m.group(2)}, got {m.group(1)}"
+    m = re.search(r"(\S+) not in literal (?:typing\.Literal\[(.+)\]|(.+))", msg)
+    if m:
+        return f"must be one of {m.group(2) or m.group(3)}; got {m.group(1)!r}"
     if isinstance(exc, TypeError) and "required" in msg:
         m = re.search(r"missing \d+ required keyword-only argument[s]?: (.+)", msg)
         if m:

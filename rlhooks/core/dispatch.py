@@ -340,3 +340,8 @@ def live_dispatchers() -> list[BackendDispatcher]:
     """Dispatchers with a running thread (for tests and diagnostics)."""
     with _live_lock:
         return list(_live)
+
+
+def flush_all(timeout: float | None = None) -> bool:
+    """Wait until every live backend handled what was queued so far; False if one timed out."""
+    return all([d.flush(timeout) for d in live_dispatchers()])

@@ -148,13 +148,14 @@ class Registry:
                 f"unknown {kind} {name!r}.{hint}\n  Installed {kind}s: {installed}\n"
                 f"  A plugin package registers {kind}s in the entry-point group {GROUPS[kind]!r}."
             )
-        if len(infos) > 1:
-            both = " and ".join(f"{i.dist} {i.version} ({i.value})" for i in infos)
+        enabled = [i for i in infos if not i.disabled]
+        if len(enabled) > 1:
+            both = " and ".join(f"{i.dist} {i.version} ({i.value})" for i in enabled)
             raise DuplicateComponentError(
                 f"{kind} name {name!r} is registered by more than one distribution: {both}.\n"
                 f"  Uninstall one of them, or disable one with {DISABLE_ENV}=<distribution name>."
             )
-        info = infos[0]
+        info = enabled[0] if enabled else infos[0]
         if info.disabled:
             raise BrokenPluginError(
                 f"{kind} {name!r} ({info.dist} {info.version}) is disabled by {DISABLE_ENV}; "

@@ -77,7 +77,10 @@ class RewardPipeline:
         batch_fn = getattr(e.fn, "score_batch", None)
         if batch_fn is not None:
             try:
-                return np.asarray(batch_fn(np.asarray(responses, dtype=object), np.asarray(targets, dtype=object)), float), 0
+                values = np.asarray(batch_fn(np.asarray(responses, dtype=object), np.asarray(targets, dtype=object)), float)
+                if values.shape == (len(responses),):
+                    return values, 0
+                # a wrong-length result would broadcast into the total: score row by row instead
             except Exception:  # noqa: BLE001 - fall back to per-row isolation below
                 pass
         out = np.empty(len(responses), dtype=np.float64)

@@ -84,12 +84,17 @@ class ComponentContract(HookPluginContract):
         return None
 
     @pytest.fixture
+    def component_kind(self) -> str:
+        """The component's kind (sampler, filter, reward, backend, plugin); the class's ``kind`` by default."""
+        return self.kind
+
+    @pytest.fixture
     def options(self, component: Any, component_options: dict[str, Any]) -> Any:
         cls = options_class(component)
         if cls is None:
             assert not component_options, f"{describe(component)} declares no Options class but options were given"
             return None
-        opts, issues = structure_options(cls, component_options, self.kind, describe(component))
+        opts, issues = structure_options(cls, component_options, "options", describe(component))
         assert not issues, f"component_options do not structure into {describe(cls)}:\n  " + "\n  ".join(map(str, issues))
         return opts
 
@@ -97,25 +102,21 @@ class ComponentContract(HookPluginContract):
     def plugin(self, component: Any, options: Any) -> Any:
         return instantiate(component, options) if options is not None else instantiate(component, None)
 
-    def test_options_class_is_frozen_attrs(self, component: Any) -> None:
+    def test_options_class_is_frozen_attrs(self, component: Any, options: Any) -> None:
+        """Options are an attrs class (cattrs structures it; unknown keys are config errors), frozen."""
         cls = options_class(component)
         if cls is None:
-            if inspect.isclass(component):
-                assert getattr(component, "Options", None) is None, (
-                    f"{describe(component)}.Options is not an attrs class; declare it with @attrs.frozen(kw_only=True)"
-                )
+            declared = getattr(component, "Options", None)
+            assert declared is None, f"{describe(component)}.Options is not an attrs class; use @attrs.frozen(kw_only=True)"
             pytest.skip(f"{describe(component)} takes no options")
-        assert attrs.has(cls), f"{describe(cls)} must be an attrs class"
-        params = getattr(cls, "__attrs_attrs__")
-        assert all(getattr(a, "kw_only", False) or a.default is not attrs.NOTHING or True for a in params)
+        fields = attrs.fields(cls)
+        if not fields:
+            return
         try:
-            inst = cls(**{a.name: a.default for a in params if a.default is not attrs.NOTHING and not isinstance(a.default, attrs.Factory)})  # type: ignore[arg-type]
-        except TypeError:
-            pytest.skip(f"{describe(cls)} has required options; frozenness checked through the options fixture")
-        first = next(iter(params), None)
-        if first is not None:
-            with pytest.raises(attrs.exceptions.FrozenInstanceError):
-                setattr(inst, first.name, getattr(inst, first.name))
+            setattr(options, fields[0].name, getattr(options, fields[0].name))
+        except attrs.exceptions.FrozenInstanceError:
+            return
+        raise AssertionError(f"{describe(cls)} is mutable; declare it with @attrs.frozen(kw_only=True)")
 
     def test_options_round_trip_through_config(self, component: Any, options: Any) -> None:
         """What ``rlhooks config check`` prints (options with defaults) must load back to the same options."""
@@ -123,17 +124,18 @@ class ComponentContract(HookPluginContract):
         if cls is None:
             pytest.skip(f"{describe(component)} takes no options")
         printed = _converter.unstructure(options)
-        again, issues = structure_options(cls, printed, self.kind, describe(component))
+        again, issues = structure_options(cls, printed, "options", describe(component))
         assert not issues, f"the printed options {printed!r} do not load back:\n  " + "\n  ".join(map(str, issues))
         assert again == options, f"options changed through print + load: {options!r} -> {again!r}"
 
-    def test_entry_point_resolves(self, entry_point_name: str | None, component: Any, component_options: dict) -> None:
+    def test_entry_point_resolves(self, entry_point_name: str | None, component: Any, component_options: dict,
+                                  component_kind: str) -> None:
         """The installed entry point names this component, and a YAML-style config enabling it validates."""
         if entry_point_name is None:
             pytest.skip("no entry_point_name fixture given")
-        info = Registry().info(self.kind, entry_point_name)
+        info = Registry().info(component_kind, entry_point_name)
         assert info.load() is component, f"entry point {info.where} loads {info.load()!r}, not {describe(component)}"
-        section = KIND_SECTION[self.kind]
+        section = KIND_SECTION[component_kind]
         item = {"name": entry_point_name, **component_options}
         cfg = load_config({section: item if section == "sampler" else [item]})
         assert any(c.name == entry_point_name for c in cfg.components())
@@ -294,8 +296,14 @@ class SamplerContract(ComponentContract):
             "state_dict() returned live references that changed as the sampler went on; return copies"
         )
 
-    def test_sampler_single_source_dataset(self, sampler_factory: Callable[..., Any], batch_size: int) -> None:
-        data = make_dataset(30, sources=("only",), seed=1)
+    @pytest.fixture
+    def single_source_data(self, sampler_data: DatasetColumns) -> DatasetColumns:
+        """A dataset whose rows all come from one source (the first of ``sampler_data``'s)."""
+        return make_dataset(30, sources=(sampler_data.source_names[0],), seed=1)
+
+    def test_sampler_single_source_dataset(self, sampler_factory: Callable[..., Any], batch_size: int,
+                                           single_source_data: DatasetColumns) -> None:
+        data = single_source_data
         idx = _IndexStream(sampler_factory(data=data)).take(batch_size * 2)
         assert all(0 <= i < len(data) for i in idx)
 
@@ -488,11 +496,11 @@ class BackendContract(ComponentContract):
     def _check_read_back(self, plugin: Any, run_dir: Path, sent: dict, tables: dict) -> None:
         got = self.read_back(plugin, run_dir)
         assert isinstance(got, ReadBack), f"read_back() must return a ReadBack, got {type(got).__name__}"
-        steps = {int(s) for s in got.metrics}
-        assert steps == set(sent), f"{describe(plugin)} persisted metrics for steps {sorted(steps)}, logged {sorted(sent)}"
-        problems = [
-            f"step {step}: {d}" for step, m in sent.items() for d in checks.dict_differences(m, got.metrics.get(step) or got.metrics[str(step)])  # type: ignore[index]
-        ]
+        by_step = {int(s): m for s, m in got.metrics.items()}
+        assert set(by_step) == set(sent), (
+            f"{describe(plugin)} persisted metrics for steps {sorted(by_step)}, logged {sorted(sent)}"
+        )
+        problems = [f"step {step}: {d}" for step, m in sent.items() for d in checks.dict_differences(m, by_step[step])]
         assert not problems, f"{describe(plugin)} persisted different metrics:\n  " + "\n  ".join(problems[:20])
         if tables and got.tables is not None:
             assert set(got.tables) == set(tables), f"tables read back {sorted(got.tables)}, logged {sorted(tables)}"
@@ -523,9 +531,9 @@ class BackendContract(ComponentContract):
         _run_steps(started, trajectory_batch_factory, steps=2, generations=1)
         sent, tables = self._log_steps(started, (3,))
         started.end("success")
-        got = self.read_back(started.plugin, run_dir)
-        assert {1, 2, 3} <= {int(s) for s in got.metrics}, f"steps read back: {sorted(got.metrics)}"
-        problems = list(checks.dict_differences(sent[3], got.metrics[3]))
+        by_step = {int(s): m for s, m in self.read_back(started.plugin, run_dir).metrics.items()}
+        assert {1, 2, 3} <= set(by_step), f"steps read back: {sorted(by_step)}, logged 1, 2, 3"
+        problems = list(checks.dict_differences(sent[3], by_step[3]))
         assert not problems, "\n  ".join(problems)
 
 

@@ -99,7 +99,8 @@ class _ContractBase:
     @staticmethod
     def _require(harness: PluginHarness, hook: str) -> None:
         if not harness.implements(hook):
-            pytest.skip(f"{describe(harness.plugin)} does not implement {hook}")
+            # one generic reason, so pytest -ra folds these skips into a single summary line
+            pytest.skip("the plugin under test does not implement this hook")
 
     @staticmethod
     def _where(harness: PluginHarness, hook: str) -> str:
@@ -260,7 +261,7 @@ class OnStepEndContract(_ContractBase):
 class LogMetricsContract(_ContractBase):
     """log_metrics: returns None; metrics read-only; empty dicts, numpy scalars, NaN, sparse steps."""
 
-    def _log(self, h: PluginHarness, step: int, metrics: dict[str, Any]) -> None:
+    def _log_metrics(self, h: PluginHarness, step: int, metrics: dict[str, Any]) -> None:
         sent = checks.frozen_copy(metrics)
         check_none_result(h.call("log_metrics", step=step, metrics=metrics), self._where(h, "log_metrics"))
         assert metrics.keys() == sent.keys() and all(
@@ -269,21 +270,21 @@ class LogMetricsContract(_ContractBase):
 
     def test_log_metrics_returns_none(self, started: PluginHarness) -> None:
         self._require(started, "log_metrics")
-        self._log(started, 1, make_step_metrics(1))
+        self._log_metrics(started, 1, make_step_metrics(1))
 
     def test_log_metrics_does_not_mutate_metrics(self, started: PluginHarness) -> None:
         self._require(started, "log_metrics")
         for step in (1, 2, 3):
-            self._log(started, step, make_step_metrics(step))
+            self._log_metrics(started, step, make_step_metrics(step))
 
     def test_log_metrics_empty_dict(self, started: PluginHarness) -> None:
         self._require(started, "log_metrics")
-        self._log(started, 1, {})
+        self._log_metrics(started, 1, {})
 
     def test_log_metrics_value_types(self, started: PluginHarness) -> None:
         """ints, bools, numpy scalars of several widths, NaN and inf are all valid metric values."""
         self._require(started, "log_metrics")
-        self._log(started, 1, {
+        self._log_metrics(started, 1, {
             "a/int": 3, "a/bool": True, "a/np_int32": np.int32(7), "a/np_float16": np.float16(0.5),
             "a/nan": float("nan"), "a/inf": float("inf"), "a/neg": -1e-12, "a/big": 1e300,
         })
@@ -292,55 +293,55 @@ class LogMetricsContract(_ContractBase):
         """Backends must log with the explicit step (resumed runs start past 1)."""
         self._require(started, "log_metrics")
         for step in (5, 6, 40):
-            self._log(started, step, make_step_metrics(step))
+            self._log_metrics(started, step, make_step_metrics(step))
 
 
 class LogTableContract(_ContractBase):
     """log_table: returns None; rows read-only; empty tables; rows with differing keys and odd text."""
 
-    def _log(self, h: PluginHarness, step: int, name: str, rows: list[dict[str, Any]]) -> None:
+    def _log_table(self, h: PluginHarness, step: int, name: str, rows: list[dict[str, Any]]) -> None:
         sent = checks.frozen_copy(rows)
         check_none_result(h.call("log_table", step=step, name=name, rows=rows), self._where(h, "log_table"))
         assert rows == sent, f"{self._where(h, 'log_table')} mutated the rows it received"
 
     def test_log_table_returns_none(self, started: PluginHarness) -> None:
         self._require(started, "log_table")
-        self._log(started, 1, "samples/top_bottom_k", make_table_rows(4))
+        self._log_table(started, 1, "samples/top_bottom_k", make_table_rows(4))
 
     def test_log_table_does_not_mutate_rows(self, started: PluginHarness) -> None:
         self._require(started, "log_table")
         for step in (1, 2):
-            self._log(started, step, "samples/random", make_table_rows(6, seed=step))
+            self._log_table(started, step, "samples/random", make_table_rows(6, seed=step))
 
     def test_log_table_empty_rows(self, started: PluginHarness) -> None:
         self._require(started, "log_table")
-        self._log(started, 1, "samples/empty", [])
+        self._log_table(started, 1, "samples/empty", [])
 
     def test_log_table_single_row_differing_keys(self, started: PluginHarness) -> None:
         self._require(started, "log_table")
-        self._log(started, 1, "samples/one", make_table_rows(1, seed=3))
-        self._log(started, 1, "samples/two", make_table_rows(2, seed=4))  # row 2 has an extra key
+        self._log_table(started, 1, "samples/one", make_table_rows(1, seed=3))
+        self._log_table(started, 1, "samples/two", make_table_rows(2, seed=4))  # row 2 has an extra key
 
 
 class LogHistogramContract(_ContractBase):
     """log_histogram: returns None; values read-only; empty and single-value arrays."""
 
-    def _log(self, h: PluginHarness, step: int, name: str, values: np.ndarray) -> None:
+    def _log_histogram(self, h: PluginHarness, step: int, name: str, values: np.ndarray) -> None:
         sent = values.copy()
         check_none_result(h.call("log_histogram", step=step, name=name, values=values), self._where(h, "log_histogram"))
         assert np.array_equal(values, sent), f"{self._where(h, 'log_histogram')} mutated the values it received"
 
     def test_log_histogram_returns_none(self, started: PluginHarness) -> None:
         self._require(started, "log_histogram")
-        self._log(started, 1, "rewards/distribution", np.random.default_rng(0).normal(size=256))
+        self._log_histogram(started, 1, "rewards/distribution", np.random.default_rng(0).normal(size=256))
 
     def test_log_histogram_empty_values(self, started: PluginHarness) -> None:
         self._require(started, "log_histogram")
-        self._log(started, 1, "rewards/distribution", np.zeros(0))
+        self._log_histogram(started, 1, "rewards/distribution", np.zeros(0))
 
     def test_log_histogram_single_value(self, started: PluginHarness) -> None:
         self._require(started, "log_histogram")
-        self._log(started, 2, "rewards/distribution", np.array([0.25]))
+        self._log_histogram(started, 2, "rewards/distribution", np.array([0.25]))
 
 
 class OnRunEndContract(_ContractBase):

@@ -110,3 +110,20 @@ def test_reward_components_and_extras():
 def test_to_rows_for_tables():
     b = make(["a", "b"], [1.0, 2.0])
     assert b.to_rows(["uid", "reward", "missing"], rows=[1]) == [{"uid": "b", "reward": 2.0}]
+
+
+def test_row_lazy_columns_decode_only_selected_rows():
+    from rlhooks.core.batch import RowLazy
+
+    source = np.array(["r0", "r1", "r2", "r3", "r4"], dtype=object)
+    asked = []
+
+    def decode(rows):
+        asked.append(None if rows is None else rows.tolist())
+        return source if rows is None else source[rows]
+
+    b = Batch({"reward": np.arange(5.0)}, lazy={"response": RowLazy(decode)})
+    top = b.select(np.array([4, 1, 3])).select(np.array([0, 2]))
+    assert top["response"].tolist() == ["r4", "r3"]
+    assert asked == [[4, 3]]  # only the two selected rows were decoded
+    assert b["response"].tolist() == source.tolist() and asked[-1] is None

@@ -134,7 +134,6 @@ class SimEngine:
         self.generated_trajectories = 0
         self.trained_trajectories = 0
         self.reached: dict[str, int | None] = {s: None for s in data.source_names}
-        self.alerts: dict[str, int] = {}
         self.last_metrics: dict[str, float] = {}
         self._reward_errors: dict[str, float] = {}
         self._gen_s = 0.0
@@ -143,6 +142,11 @@ class SimEngine:
         self._complexity = comp if comp is not None else np.full(len(data), np.nan, np.float32)
         self._answer_head = _answer_heads(data.solution)
         self._eval = self._eval_subset()
+        nb = self.options.learner.buckets
+        # each source's share of items per difficulty bucket: skill is mastery where its items are
+        self._bucket_share = np.stack([
+            np.bincount(self.learner.bucket(data.difficulty[rows]), minlength=nb) / max(len(rows), 1) for rows in self._eval
+        ])
         self._prompt_len = np.fromiter(map(len, data.prompt.tolist()), np.int64, len(data)) // 4 + 1
 
     # -- helpers ------------------------------------------------------------------------
@@ -167,11 +171,16 @@ class SimEngine:
             out[self.data.source_names[s]] = float(p.mean() * (1.0 - self.learner.malformed[s]))
         return out
 
+    def skill(self, source: int, mastery: np.ndarray | None = None) -> float:
+        """0..1: P(solve) at the difficulty-bucket centres, weighted by where the source's items are."""
+        mastery = self.learner.mastery() if mastery is None else mastery
+        return float(mastery[source] @ self._bucket_share[source])
+
     # -- Rollout -------------------------------------------------------------------------
     def _draw(self) -> np.ndarray:
         want = self.gen_batch_size
         if self.sampler is None:
-            return np.sort(self.uniform_rng.choice(len(self.data), size=want, replace=False))
+            return self.uniform_rng.choice(len(self.data), size=want, replace=False)
         got: list[int] = []
         fresh = False
         while len(got) < want:
@@ -304,7 +313,7 @@ class SimEngine:
             out["critic/advantages/std"] = float(adv.std())
         acc = self.accuracy()
         for s, name in enumerate(self.learner.source_names):
-            out[f"sim/skill/{name}"] = float(self.learner.skill[s].mean())
+            out[f"sim/skill/{name}"] = self.skill(s, mastery)
             out[f"sim/malformed_rate/{name}"] = float(self.learner.malformed[s])
             if name in acc:
                 out[f"sim/accuracy/{name}"] = acc[name]
@@ -319,10 +328,17 @@ class SimEngine:
         for name, first in self.reached.items():
             if first is None and merged.get(f"sim/accuracy/{name}", 0.0) >= target:
                 self.reached[name] = step
-        for k, v in merged.items():
-            if k.startswith("alerts/") and k.count("/") >= 2 and isinstance(v, (int, float)) and v > 0 \
-                    and not k.endswith(("/total", "/count")):
-                self.alerts[k] = self.alerts.get(k, 0) + 1
+
+    def alert_details(self) -> dict[str, Any] | None:
+        """The alert summary of a configured alert manager (the reward monitor's), if any."""
+        for rec in self.manager.components:
+            mgr = getattr(rec.obj, "alerts", None)
+            if callable(getattr(mgr, "summary", None)):
+                try:
+                    return dict(mgr.summary())
+                except Exception:  # noqa: BLE001 - a summary line is not worth failing the run
+                    return None
+        return None
 
     # -- a run -----------------------------------------------------------------------------
     def run(self, steps: int | None = None, progress: bool = False, on_step: Callable[[int, dict], None] | None = None) -> dict[str, float]:
@@ -361,7 +377,6 @@ class SimEngine:
             "generated_trajectories": self.generated_trajectories,
             "trained_trajectories": self.trained_trajectories,
             "reached": dict(self.reached),
-            "alerts": dict(self.alerts),
             "manager": self.manager.state_dict(),
         }
 
@@ -376,7 +391,6 @@ class SimEngine:
         self.generated_trajectories = int(state["generated_trajectories"])
         self.trained_trajectories = int(state["trained_trajectories"])
         self.reached = dict(state["reached"])
-        self.alerts = dict(state["alerts"])
         self.manager.load_state_dict(state["manager"])
         self._sampler_iter = None  # the sampler continues from its restored position
 

@@ -10,7 +10,7 @@ The model (a tool for comparing set-ups, not a claim about real models):
 * After each step, every trained group teaches its (source, bucket) in proportion to its mean
   ``|advantage|`` (GRPO: zero for all-right or all-wrong groups), as a share of the batch:
   ``signal[s, b] = sum(mean|adv| of groups in (s, b)) / groups trained``.
-* Prerequisites: a bucket learns at the rate ``readiness = mastery of the bucket below``
+* Prerequisites: a bucket learns at the rate ``readiness = (mastery of the bucket below) ** prerequisite_power``
   (``mastery = sigmoid(sharpness * (s - bucket centre))``, the easiest bucket is always ready).
   Hard items drawn too early produce some mixed groups but little learning, so curricula that
   keep the batch near the frontier learn faster per step, and filters change the outcome.
@@ -42,9 +42,10 @@ class LearnerOptions:
     buckets: int = attrs.field(default=10, validator=attrs.validators.ge(1))
     sharpness: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
     initial_skill: float = 0.3
-    learning_rate: float = attrs.field(default=0.25, validator=attrs.validators.ge(0))
-    transfer: float = attrs.field(default=0.35, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
-    prerequisites: bool = True
+    learning_rate: float = attrs.field(default=0.8, validator=attrs.validators.ge(0))
+    transfer: float = attrs.field(default=0.2, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
+    #: how strongly a bucket waits for the one below: readiness = mastery_below ** power (0 = no prerequisites)
+    prerequisite_power: float = attrs.field(default=3.0, validator=attrs.validators.ge(0))
     malformed_rate: float = attrs.field(default=0.15, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
     format_learning_rate: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
 
@@ -90,11 +91,9 @@ class SimLearner:
         g_signal = groups.mean(np.abs(np.nan_to_num(advantage)))
         flat = g_src * nb + g_bucket
         signal = np.bincount(flat, weights=g_signal, minlength=ns * nb).reshape(ns, nb) / groups.n_groups
-        if self.options.prerequisites:
-            readiness = np.ones_like(self.skill)
-            readiness[:, 1:] = self.mastery()[:, :-1]
-        else:
-            readiness = 1.0
+        readiness = np.ones_like(self.skill)
+        if self.options.prerequisite_power > 0:
+            readiness[:, 1:] = self.mastery()[:, :-1] ** self.options.prerequisite_power
         gain = self.options.learning_rate * signal * readiness
         self.skill += gain @ self.kernel
         share = np.bincount(g_src, minlength=ns) / groups.n_groups

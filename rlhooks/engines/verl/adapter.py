@@ -148,17 +148,20 @@ def _dict_field(values: np.ndarray | None, key: str, default: Any, dtype: Any = 
     return get
 
 
-def _decoder(tokenizer: Any, ids: torch.Tensor, mask: torch.Tensor | None) -> Callable[[], np.ndarray]:
-    def decode() -> np.ndarray:
+def _decoder(tokenizer: Any, ids: torch.Tensor, mask: torch.Tensor | None) -> cols.RowLazy:
+    """Decodes only the rows a plugin selected (RowLazy composes row selections)."""
+
+    def decode(sel: np.ndarray | None) -> np.ndarray:
         if tokenizer is None:
             raise cols.BatchError("text columns need the run's tokenizer, which this batch was built without")
-        rows = ids.tolist()
+        index = slice(None) if sel is None else torch.as_tensor(sel, dtype=torch.long)
+        rows = ids[index].tolist()
         if mask is not None:  # keep only the valid (unpadded) tokens of each row
-            keep = mask.bool().tolist()
+            keep = mask[index].bool().tolist()
             rows = [[t for t, k in zip(r, m) if k] for r, m in zip(rows, keep)]
         return np.asarray(tokenizer.batch_decode(rows, skip_special_tokens=True), dtype=object)
 
-    return decode
+    return cols.RowLazy(decode)
 
 
 def _chat_text(messages: np.ndarray) -> Callable[[], np.ndarray]:

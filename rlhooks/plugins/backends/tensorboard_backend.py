@@ -70,7 +70,7 @@ def markdown_table(rows: list[dict[str, Any]], limit: int) -> str:
         return "*(no rows)*"
     cols = columns_of(rows)
     lines = [
-        "| " + " | ".join(_md_cell(c, limit) for c in cols) + " |",
+        "| " + " | ".join(_md_cell(c, 0) for c in cols) + " |",  # headers are never cut
         "|" + "---|" * len(cols),
     ]
     for row in rows:

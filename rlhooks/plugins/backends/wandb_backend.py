@@ -49,8 +49,8 @@ class WandbBackend:
     class Options(DispatchOptions):
         project: str = "rlhooks"
         entity: str | None = None
-        #: run name; default: the rlhooks run name
-        name: str | None = None
+        #: W&B run name; default: the rlhooks run name (``name`` itself selects the backend)
+        run_name: str | None = None
         #: online, offline or disabled; default: wandb's own (WANDB_MODE, else online)
         mode: Literal["online", "offline", "disabled"] | None = None
         #: where wandb writes its files; default: the run directory (relative paths are under it)
@@ -84,7 +84,7 @@ class WandbBackend:
             d = Path(run.run_dir) / d
         d.mkdir(parents=True, exist_ok=True)
         kwargs: dict[str, Any] = dict(
-            project=o.project, entity=o.entity, name=o.name or run.name, dir=str(d),
+            project=o.project, entity=o.entity, name=o.run_name or run.name, dir=str(d),
             tags=list(o.tags) or None, group=o.group, job_type=o.job_type, notes=o.notes,
             config=json_safe(run.redacted_config()) if o.log_config else None,
         )

@@ -23,12 +23,10 @@ from typing import Any
 
 import attrs
 import numpy as np
-import structlog
 
 from rlhooks.core.batch import FINAL_REWARD, REWARD, UID, Batch, BatchError
 from rlhooks.core.components import FilterDecision
 
-log = structlog.get_logger("rlhooks.filters")
 
 #: metric names that do not name a column directly
 METRIC_ALIASES = {"seq_reward": REWARD, "seq_final_reward": FINAL_REWARD}
@@ -46,7 +44,7 @@ def _finite_or_none(_inst: Any, attr: attrs.Attribute, value: float | None) -> N
 
 @attrs.frozen(kw_only=True)
 class DapoOptions:
-    #: acc | score | seq_reward (column "reward") | seq_final_reward (column "final_reward") | any reward extra
+    #: acc | score | any reward extra | seq_reward (column "reward") | seq_final_reward (column "final_reward")
     metric: str = attrs.field(default="acc", validator=_metric_name)
     #: band-pass: drop groups whose mean metric is below this (inclusive bound; null = no bound)
     min_mean: float | None = attrs.field(default=None, validator=_finite_or_none)
@@ -116,14 +114,20 @@ class DapoGroupFilter:
         if n == 0:
             return FilterDecision(np.zeros(0, dtype=bool), {})
         if UID not in batch:
-            raise BatchError(f"dapo filter needs the {UID!r} column to group responses; columns: {', '.join(batch.columns)}")
+            raise BatchError(
+                f"dapo filter needs the {UID!r} column to group responses; columns: {', '.join(batch.columns)}"
+            )
         v = self.metric_values(batch)
         g = batch.groups
         finite = np.isfinite(v)
-        bad_rows = ~finite
-        bad_group = g.any(bad_rows)
+        n_bad = len(v) - int(np.count_nonzero(finite))
+        if n_bad:
+            bad_group = g.any(~finite)
+            vz = np.where(finite, v, 0.0)  # keep NaN out of min/max so "constant" is about finite groups
+        else:  # the usual case: skip the masking passes
+            bad_group = np.zeros(g.n_groups, dtype=bool)
+            vz = v
         singleton = g.sizes == 1
-        vz = np.where(finite, v, 0.0)  # keep NaN out of min/max so "constant" is about finite groups
         gmin, gmax = g.min(vz), g.max(vz)
         spread = (gmax > gmin) & ~bad_group
         constant = ~spread & ~bad_group & ~singleton
@@ -155,7 +159,7 @@ class DapoGroupFilter:
             "filter/dropped_all_min": int(np.count_nonzero(dropped_const & (gmin == lo))),
             "filter/dropped_band": int(np.count_nonzero(band_drop)),
             "filter/dropped_nonfinite": int(np.count_nonzero(dropped_bad)),
-            "filter/nonfinite_rows": int(np.count_nonzero(bad_rows)),
+            "filter/nonfinite_rows": n_bad,
             "filter/nonfinite_groups": int(np.count_nonzero(bad_group)),
             "filter/singleton_groups": int(np.count_nonzero(singleton)),
         }

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 import numpy as np
@@ -36,17 +36,25 @@ def _finite_or_none(_inst: Any, attr: attrs.Attribute, value: float | None) -> N
         raise ValueError(f"must be a finite number, got {value!r}")
 
 
+def _one_of(*choices: str) -> Any:
+    def check(_inst: Any, attr: attrs.Attribute, value: str | None) -> None:
+        if value is not None and value not in choices:
+            raise ValueError(f"{attr.name} must be one of {', '.join(choices)}; got {value!r}")
+
+    return check
+
+
 @attrs.frozen(kw_only=True)
 class AlertSpec:
     """One alert: either (condition, threshold) or (min_slope and/or max_slope, window)."""
 
     metric: str
-    condition: Literal["less", "greater"] | None = None
+    condition: str | None = attrs.field(default=None, validator=_one_of("less", "greater"))
     threshold: float | None = attrs.field(default=None, validator=_finite_or_none)
     min_slope: float | None = attrs.field(default=None, validator=_finite_or_none)
     max_slope: float | None = attrs.field(default=None, validator=_finite_or_none)
     window: int = attrs.field(default=10, validator=attrs.validators.ge(2))
-    level: Literal["info", "warning", "critical"] = "warning"
+    level: str = attrs.field(default="warning", validator=_one_of(*LEVELS))
     #: optional text shown with the alert
     message: str = ""
 
@@ -60,10 +68,13 @@ class AlertSpec:
             )
         if not threshold and not trend:
             raise ValueError(
-                f"alert on {self.metric!r} needs either condition + threshold, or min_slope / max_slope (+ window)"
+                f"alert on {self.metric!r} needs either condition + threshold, "
+                f"or min_slope / max_slope (+ window)"
             )
         if threshold and (self.condition is None or self.threshold is None):
-            raise ValueError(f"threshold alert on {self.metric!r} needs both condition (less | greater) and threshold")
+            raise ValueError(
+                f"threshold alert on {self.metric!r} needs both condition (less | greater) and threshold"
+            )
 
     @property
     def kind(self) -> str:
@@ -119,7 +130,10 @@ class AlertManager:
             value = float(value)
             if not math.isfinite(value):
                 continue
-            alert = self._threshold(step, spec, name, value) if spec.kind == "threshold" else self._trend(step, i, spec, name, value)
+            if spec.kind == "threshold":
+                alert = self._threshold(step, spec, name, value)
+            else:
+                alert = self._trend(step, i, spec, name, value)
             if alert is not None:
                 fired.append(alert)
         for a in fired:
@@ -155,7 +169,8 @@ class AlertManager:
         self.first_step.setdefault(a.metric, a.step)
         self.last_step[a.metric] = a.step
         emit = {"info": log.info, "warning": log.warning, "critical": log.critical}[a.level]
-        emit(f"reward alert: {a.message}", step=a.step, metric=a.metric, level=a.level, kind=a.kind, value=a.value)
+        emit(f"reward alert: {a.message}", step=a.step, metric=a.metric, level=a.level, kind=a.kind,
+             value=a.value)
 
     @staticmethod
     def step_metrics(fired: list[Alert], counts: Counter[str]) -> dict[str, float]:

@@ -114,15 +114,20 @@ class RewardAnalyzer:
     def from_jsonl(cls, path: str | Path, reward_range: tuple[float, float] | None = None) -> RewardAnalyzer:
         """Read the ``"metrics"`` lines of a JSONL backend file (or ``<run_dir>/metrics.jsonl``).
 
-        A truncated last line (a run still writing) is skipped; any other bad line is an error.
+        A last line without its newline (a run still writing) is skipped; any other bad line is
+        an error. Null metric values (NaN/inf in the run) are left out.
         """
         p = Path(path)
         if p.is_dir():
             p = p / "metrics.jsonl"
         try:
-            lines = p.read_text(encoding="utf-8").splitlines()
+            text = p.read_text(encoding="utf-8")
         except OSError as exc:
             raise AnalyzerError(f"cannot read metrics file {p}: {exc.strerror or exc}") from None
+        lines = text.split("\n")
+        if lines and lines[-1].strip():
+            log.warning("skipping an unfinished last line (run still writing?)", file=str(p), line=len(lines))
+        lines = lines[:-1]  # complete lines end with a newline
         history = []
         for i, line in enumerate(lines, 1):
             if not line.strip():
@@ -130,16 +135,16 @@ class RewardAnalyzer:
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
-                if i == len(lines):
-                    log.warning("skipping a truncated last line", file=str(p), line=i)
-                    continue
-                raise AnalyzerError(f"{p}:{i}: not valid JSON ({exc.msg}); is this an rlhooks metrics.jsonl?") from None
+                raise AnalyzerError(
+                    f"{p}:{i}: not valid JSON ({exc.msg}); is this an rlhooks metrics.jsonl?"
+                ) from None
             if not isinstance(rec, dict) or rec.get("kind") != "metrics":
                 continue
             step, metrics = rec.get("step"), rec.get("metrics")
             if not isinstance(step, int) or not isinstance(metrics, dict):
                 raise AnalyzerError(f"{p}:{i}: a metrics line needs an integer 'step' and a 'metrics' object")
-            history.append((step, {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}))
+            numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            history.append((step, numbers))
         return cls(history, reward_range=reward_range)
 
     # -- series -------------------------------------------------------------------------
@@ -224,11 +229,13 @@ class RewardAnalyzer:
         for f in names:
             contrib = self.series(CONTRIB_PREFIX + f)
             fv, tot = self._aligned(FUNC_PREFIX + f, "rewards/mean")
-            corr = float(np.corrcoef(fv, tot)[0, 1]) if len(fv) >= 2 and np.ptp(fv) > 0 and np.ptp(tot) > 0 else 0.0
+            varies = len(fv) >= 2 and np.ptp(fv) > 0 and np.ptp(tot) > 0
+            corr = float(np.corrcoef(fv, tot)[0, 1]) if varies else 0.0
+            share = 100.0 * mean_abs[f] / total_abs if total_abs else 0.0
             out[f] = {
                 "mean": float(means[f].mean()) if len(means[f]) else 0.0,
                 "std": float(stds[f].mean()) if len(stds[f]) else 0.0,
-                "contribution": float(contrib.mean()) if len(contrib) else (100.0 * mean_abs[f] / total_abs if total_abs else 0.0),
+                "contribution": float(contrib.mean()) if len(contrib) else share,
                 "variance_share": 100.0 * var[f] / total_var if total_var else 0.0,
                 "correlation": corr,
             }

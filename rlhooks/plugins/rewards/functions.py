@@ -19,8 +19,8 @@ check_answer   the answer is Z of a response format_exact accepts; no such answe
                3.0  Z == target (exact string match);
                1.5  equal after normalization (trim, collapse whitespace, case-fold, drop a
                     trailing period);
-               0.5  both numbers and |Z - target| <= 10% of |target|;
-               0.25 both numbers and |Z - target| <= 20% of |target|;
+               0.5  both numbers and |Z - target| <= 10% of |target| (boundary included);
+               0.25 both numbers and |Z - target| <= 20% of |target| (boundary included);
                -1.0 otherwise (wrong, or not a number).
                Numbers may contain thousands commas, a leading ``$`` or a trailing ``%``.
 check_numbers  1.5 when the first number after ``<answer>`` (optional sign, digits, optional
@@ -34,7 +34,9 @@ import math
 import re
 from typing import Any
 
-__all__ = ["format_exact", "format_approx", "check_answer", "check_numbers", "BUILTIN_FUNCTIONS", "extract_answer"]
+__all__ = [
+    "format_exact", "format_approx", "check_answer", "check_numbers", "BUILTIN_FUNCTIONS", "extract_answer",
+]
 
 REASONING_START, REASONING_END = "<reasoning>", "</reasoning>"
 ANSWER_START, ANSWER_END = "<answer>", "</answer>"
@@ -125,9 +127,10 @@ def check_answer(response: str, target: str, **info: Any) -> float:
     if a is None or t is None:
         return -1.0
     diff = abs(a - t)
-    if diff <= 0.1 * abs(t):
+    tol = abs(t) * (1 + 1e-9)  # the boundary is inside, also after float rounding (46.2 vs 42)
+    if diff <= 0.1 * tol:
         return 0.5
-    if diff <= 0.2 * abs(t):
+    if diff <= 0.2 * tol:
         return 0.25
     return -1.0
 

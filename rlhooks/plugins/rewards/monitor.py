@@ -80,7 +80,7 @@ def reward_stats(reward: np.ndarray, bins: int = 20) -> dict[str, float]:
     reward = np.asarray(reward, dtype=np.float64)
     ok = np.isfinite(reward)
     r = reward[ok]
-    out: dict[str, float] = {"rewards/count": int(len(reward)), "rewards/nonfinite": int(len(reward) - len(r))}
+    out: dict[str, float] = {"rewards/count": len(reward), "rewards/nonfinite": len(reward) - len(r)}
     if not len(r):
         return out
     mean, std = float(r.mean()), float(r.std())
@@ -166,7 +166,8 @@ class RewardMonitor:
         out.update(AlertManager.step_metrics(fired, self.alerts.counts))
         if fired and self.run is not None:
             self.run.log_table("alerts", [a.row() for a in fired], step=step)
-        if self.options.log_distributions and self.run is not None and step % self.options.distribution_every == 0:
+        opts = self.options
+        if opts.log_distributions and self.run is not None and step % opts.distribution_every == 0:
             self.run.log_histogram("rewards/distribution", reward, step=step)
             for name, values in components.items():
                 self.run.log_histogram(f"rewards/functions/{name}/distribution", values, step=step)

@@ -57,7 +57,8 @@ def factorize(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     boundary = np.empty(n, dtype=bool)
     boundary[0] = True
     np.not_equal(labels[1:], labels[:-1], out=boundary[1:])
-    heads = labels[boundary]
+    starts = np.flatnonzero(boundary)
+    heads = labels[starts]
     head_codes = np.full(len(heads), -1, dtype=np.int64)
     names = []
     left = np.arange(len(heads))
@@ -74,7 +75,8 @@ def factorize(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         left = left[~same]
     out = np.empty(len(names), dtype=labels.dtype)
     out[:] = names
-    return out, head_codes[np.cumsum(boundary) - 1]
+    run_lengths = np.diff(starts, append=n)
+    return out, np.repeat(head_codes, run_lengths)  # cheaper than a cumsum over the boundaries
 
 
 def source_sums(batch: Batch, source_column: str = DATA_SOURCE) -> dict[str, np.ndarray]:
@@ -86,9 +88,13 @@ def source_sums(batch: Batch, source_column: str = DATA_SOURCE) -> dict[str, np.
         if col not in batch:
             continue
         v = np.asarray(batch[col], dtype=np.float64)
-        ok = np.isfinite(v)
-        out[f"{col}_sum"] = np.bincount(codes, weights=np.where(ok, v, 0.0), minlength=k)
-        out[f"{col}_n"] = np.bincount(codes, weights=ok, minlength=k)
+        if np.isfinite(v.sum()):  # a finite sum means no NaN/inf: skip the masking passes
+            out[f"{col}_sum"] = np.bincount(codes, weights=v, minlength=k)
+            out[f"{col}_n"] = out["count"]
+        else:
+            ok = np.isfinite(v)
+            out[f"{col}_sum"] = np.bincount(codes, weights=np.where(ok, v, 0.0), minlength=k)
+            out[f"{col}_n"] = np.bincount(codes, weights=ok, minlength=k)
     return out
 
 

@@ -143,7 +143,6 @@ class MultiSourceSampler(Sampler):
         self.seed = int(seed)
         self.name = type(self).__name__
         self._build_sources(options, data)
-        self._init_extra()
         n = len(self.sources)
         self._epoch_len = int(sum(len(r) for r in self._rows))
         self._carry = np.zeros(n)
@@ -158,6 +157,7 @@ class MultiSourceSampler(Sampler):
         self._batch = np.zeros(0, dtype=np.int64)
         self._offset = 0
         self._pools = Pools(self.seed)
+        self._init_extra()
         self._log_init()
 
     # -- construction -------------------------------------------------------------------

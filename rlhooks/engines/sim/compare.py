@@ -1,0 +1,95 @@
+"""``rlhooks simulate --compare A.yaml B.yaml ...``: the same data and seed under several configs.
+
+Each config runs as ``<out>/compare/<config file stem>``; the generated dataset is written once
+(``<out>/compare/data.parquet``) unless ``--data`` names one. The comparison table (also written
+as comparison.md and comparison.json) gives per source the first step whose simulated accuracy
+reached ``simulate.target_accuracy``, the final accuracy, and the generated vs trained
+trajectories (what the filters cost).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rlhooks.core.errors import RLHooksError
+from rlhooks.engines.sim.cli import _safe_name, _try_report, simulate_run
+from rlhooks.engines.sim.data import write_dataset
+from rlhooks.engines.sim.engine import load_sim_config, sim_options
+
+
+def compare(
+    configs: Sequence[str | Path],
+    overrides: Sequence[str] = (),
+    *,
+    data: str | Path | None = None,
+    out: str | Path | None = None,
+    progress: bool = False,
+    report: bool = True,
+) -> dict[str, Any]:
+    """Run every config on the same data and seed; returns {"runs": [summaries], "report": path, ...}."""
+    if len(configs) < 2:
+        raise RLHooksError("--compare needs at least two configs")
+    for c in configs:
+        if not Path(c).exists():
+            raise RLHooksError(f"config {c} does not exist")
+    root = Path(out or "runs") / "compare"
+    root.mkdir(parents=True, exist_ok=True)
+    first = load_sim_config(configs[0], overrides=[o for o in overrides if o.startswith(("simulate.", "run.seed"))])
+    if data is None:
+        opts = sim_options(first)
+        data = opts.data or write_dataset(root / "data.parquet", opts.rows_per_source, opts.data_seed, opts.sources)
+    seed = first.run.seed
+    names: list[str] = []
+    for c in configs:
+        base = _safe_name(Path(c).stem)
+        name, i = base, 2
+        while name in names:
+            name, i = f"{base}-{i}", i + 1
+        names.append(name)
+    summaries = []
+    for c, name in zip(configs, names):
+        run_overrides = [*overrides, f"run.name={name}", f"run.out_dir={root}", f"run.seed={seed}"]
+        summaries.append(simulate_run(c, run_overrides, data=data, progress=progress, report=False))
+    result: dict[str, Any] = {"configs": [str(c) for c in configs], "data": str(data), "seed": seed, "runs": summaries}
+    if report:
+        result["report"] = _try_report([Path(s["run_dir"]) for s in summaries], root / "report")
+    (root / "comparison.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    (root / "comparison.md").write_text(format_comparison(result) + "\n")
+    return result
+
+
+def format_comparison(result: dict[str, Any]) -> str:
+    runs = result["runs"]
+    names = [r["name"] for r in runs]
+    target = runs[0]["target_accuracy"]
+    sources = list(dict.fromkeys(s for r in runs for s in r["sources"]))
+    rows: list[list[str]] = []
+    for s in sources:
+        cells = []
+        for r in runs:
+            v = r["sources"].get(s, {}).get("steps_to_target")
+            cells.append("-" if v is None else str(v))
+        rows.append([f"steps to {target:.2f}: {s}", *cells])
+    for s in sources:
+        cells = []
+        for r in runs:
+            v = r["sources"].get(s, {}).get("accuracy")
+            cells.append("-" if v is None else f"{v:.3f}")
+        rows.append([f"final accuracy: {s}", *cells])
+    rows.append(["final accuracy: mean", *[f"{r['mean_accuracy']:.3f}" if r["mean_accuracy"] is not None else "-" for r in runs]])
+    rows.append(["generated trajectories", *[f"{r['generated_trajectories']:,}" for r in runs]])
+    rows.append(["trained trajectories", *[f"{r['trained_trajectories']:,}" for r in runs]])
+    rows.append(["trained / generated", *[f"{r['filter_efficiency']:.0%}" if r["filter_efficiency"] else "-" for r in runs]])
+    rows.append(["seconds", *[f"{r['seconds']:.1f}" for r in runs]])
+    head = ["", *names]
+    widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head))]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    out = [f"Comparison on {result['data']} (seed {result['seed']}); '-' = target not reached", line(head),
+           "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += [line(r) for r in rows]
+    if result.get("report"):
+        out.append(f"report: {result['report']}")
+    return "\n".join(out)

@@ -1,0 +1,42 @@
+"""``rlhooks train``: verl training with rlhooks plugins (registered by rlhooks/cli.py).
+
+Importing this module is cheap; verl, Ray and Hydra load only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+DEFAULT_CONFIG_NAME = "ppo_trainer"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="RLHOOKS_YAML", help="rlhooks config (sampler, filters, rewards, ...)")
+    parser.add_argument("--verl-config-dir", help="directory of a custom verl Hydra config (default: verl's own)")
+    parser.add_argument("--verl-config-name", default=DEFAULT_CONFIG_NAME, help="verl config name (ppo_trainer)")
+    parser.add_argument("--dry-run", action="store_true", help="print the resolved verl and rlhooks configs and exit")
+    parser.add_argument("overrides", nargs=argparse.REMAINDER, help="Hydra-style key=value overrides")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "train",
+        help="train with verl (GRPO/PPO) and the configured rlhooks plugins",
+        description="Run verl's PPO/GRPO trainer with rlhooks hooks. Overrides: rlhooks.<key>=v edit the "
+        "rlhooks config, data.sampler.<key>=v map to the rlhooks sampler, the rest go to verl's Hydra config.",
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=_train)
+    return parser
+
+
+def _train(args: argparse.Namespace) -> int:
+    # Ray worker processes inherit the environment; plugin.py reads these to log the same way.
+    if getattr(args, "log_json", False):
+        os.environ["RLHOOKS_LOG_JSON"] = "1"
+    if getattr(args, "verbose", False):
+        os.environ["RLHOOKS_VERBOSE"] = "1"
+    from rlhooks.engines.verl.main import run_from_args
+
+    return run_from_args(args)

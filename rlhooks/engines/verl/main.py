@@ -1,0 +1,205 @@
+"""Run verl's PPO/GRPO training with the rlhooks trainer.
+
+    rlhooks train --config rlhooks.yaml [hydra overrides ...]
+    python -m rlhooks.engines.verl.main [--config rlhooks.yaml] [hydra overrides ...]
+
+The verl config is verl's own Hydra config (``ppo_trainer`` from ``verl.trainer.config``, or
+``--verl-config-dir/--verl-config-name``) composed with the overrides. The rlhooks config is the
+YAML file given with ``--config`` (its optional ``verl:`` section holds verl overrides, which the
+command line overrides in turn) merged under the ``rlhooks:`` block of verl's config.
+Overrides are routed by prefix:
+
+* ``rlhooks.<key>=v`` (or ``+rlhooks.<key>=v``) edits the rlhooks config, e.g.
+  ``rlhooks.run.max_num_gen_batches=4`` or ``rlhooks.filters[0].metric=score``;
+* ``data.sampler.<key>=v``, the removed verl curriculum-sampler syntax, edits the rlhooks
+  ``sampler:`` section (``data.sampler.class_name=MultiSourceSampler``);
+* everything else goes to Hydra for verl.
+
+verl's legacy trainer (``trainer.use_v1=false``) is used: it is the one that keeps the batch on
+the driver and takes a sampler. The rlhooks config is validated before Ray starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import ray
+import structlog
+from verl.trainer.main_ppo_v0 import BaseTaskRunner
+
+from rlhooks.core.config import apply_overrides, load_yaml
+from rlhooks.core.errors import ConfigError, ConfigIssue, RLHooksError
+from rlhooks.engines.verl.cli import DEFAULT_CONFIG_NAME, add_arguments
+from rlhooks.engines.verl.config import BLOCK, VERL_SECTION, deep_merge, raw_block, rlhooks_config
+
+log = structlog.get_logger("rlhooks.verl")
+
+VERL_CONFIG_MODULE = "verl.trainer.config"
+
+
+# -- building the config ------------------------------------------------------------------------
+
+
+def split_overrides(args: Iterable[str]) -> tuple[list[str], list[str], str | None]:
+    """(verl Hydra overrides, rlhooks overrides, an ``rlhooks.config=`` path if given)."""
+    verl: list[str] = []
+    rl: list[str] = []
+    path = None
+    for arg in args:
+        if "=" not in arg:
+            raise ConfigError([ConfigIssue(arg, "an override must look like key.path=value")], "(command line)")
+        key, _, value = arg.partition("=")
+        bare = key.lstrip("+")
+        if bare == f"{BLOCK}.config":
+            path = value
+        elif bare.startswith(f"{BLOCK}."):
+            rl.append(f"{bare[len(BLOCK) + 1:]}={value}")
+        elif bare.startswith("data.sampler."):
+            rl.append(f"sampler.{bare[len('data.sampler.'):]}={value}")
+        else:
+            verl.append(arg)
+    return verl, rl, path
+
+
+def _hydra_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_hydra_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{_hydra_value(v)}" for k, v in value.items()) + "}"
+    text = str(value)
+    return text if text and all(c.isalnum() or c in "._-/:" for c in text) else "'" + text.replace("'", "\\'") + "'"
+
+
+def verl_section_overrides(section: Any, source: str) -> list[str]:
+    """The ``verl:`` section of rlhooks.yaml as Hydra overrides (a list, or a nested mapping)."""
+    if section is None:
+        return []
+    if isinstance(section, list) and all(isinstance(s, str) for s in section):
+        return list(section)
+    if not isinstance(section, Mapping):
+        raise ConfigError([ConfigIssue(VERL_SECTION, "expected a mapping of verl settings or a list of "
+                                       "'key=value' overrides")], source)
+    out: list[str] = []
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, Mapping) and node:
+            for k, v in node.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            out.append(f"{prefix}={_hydra_value(node)}")
+
+    walk("", section)
+    return out
+
+
+def compose_verl_config(overrides: Sequence[str], *, config_dir: str | None = None,
+                        config_name: str = DEFAULT_CONFIG_NAME) -> Any:
+    """verl's Hydra config with overrides (Hydra's compose API, as ``@hydra.main`` would build it)."""
+    from hydra import compose, initialize_config_dir, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    init = (initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base=None) if config_dir
+            else initialize_config_module(VERL_CONFIG_MODULE, version_base=None))
+    with init:
+        return compose(config_name=config_name, overrides=list(overrides))
+
+
+def build_config(rlhooks_yaml: str | None, args: Sequence[str], *, config_dir: str | None = None,
+                 config_name: str = DEFAULT_CONFIG_NAME) -> Any:
+    """The verl config with a validated ``rlhooks:`` block (plain data, so Ray ships it to workers)."""
+    from omegaconf import OmegaConf, open_dict
+
+    path = split_overrides(args)[2]
+    rlhooks_yaml = path or rlhooks_yaml
+    raw: dict[str, Any] = load_yaml(rlhooks_yaml) if rlhooks_yaml else {}
+    section = verl_section_overrides(raw.pop(VERL_SECTION, None), str(rlhooks_yaml))
+    verl_args, rl_args, _ = split_overrides([*section, *args])  # the command line comes last and wins
+    cfg = compose_verl_config(verl_args, config_dir=config_dir, config_name=config_name)
+    block = deep_merge(raw_block(cfg), raw)  # a block in the verl YAML itself, then the file
+    block = apply_overrides(block, rl_args)
+    with open_dict(cfg):
+        cfg[BLOCK] = OmegaConf.create(block)
+        if cfg.trainer.get("use_v1", False):
+            log.info("using verl's legacy trainer (trainer.use_v1=false): the rlhooks trainer subclasses it")
+        cfg.trainer.use_v1 = False
+    rlhooks_config(cfg)  # every rlhooks config error now, before Ray and the models start
+    return cfg
+
+
+# -- running ----------------------------------------------------------------------------------------
+
+
+class _TaskRunner(BaseTaskRunner):
+    """verl's legacy TaskRunner, building RLHooksRayPPOTrainer instead of RayPPOTrainer."""
+
+    def run(self, config: Any) -> None:
+        import verl.trainer.main_ppo_v0 as v0
+
+        from rlhooks.engines.verl.trainer import RLHooksRayPPOTrainer
+
+        original = getattr(v0.TaskRunner, "__ray_metadata__", None)
+        run = getattr(getattr(original, "modified_class", None), "run", None)
+        if run is None:
+            raise RLHooksError(
+                "cannot find verl's TaskRunner.run (verl.trainer.main_ppo_v0); this verl/ray version is not "
+                "supported by rlhooks train: use verl 0.9.x"
+            )
+        # This Ray actor process runs only this job, so swapping the name verl's TaskRunner.run
+        # constructs is contained; the rest of the set-up (workers, datasets, reward) stays verl's.
+        v0.RayPPOTrainer = RLHooksRayPPOTrainer
+        run(self, config)
+
+
+RLHooksTaskRunner = ray.remote(num_cpus=1)(_TaskRunner)
+
+
+def run(cfg: Any) -> None:
+    """verl's main_ppo for a composed config, with the rlhooks TaskRunner."""
+    from verl.trainer.main_ppo import run_ppo
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    auto_set_device(cfg)
+    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    run_ppo(cfg, task_runner_class=RLHooksTaskRunner)
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    cfg = build_config(args.config, args.overrides, config_dir=args.verl_config_dir,
+                       config_name=args.verl_config_name)
+    if args.dry_run:
+        from omegaconf import OmegaConf
+
+        print(OmegaConf.to_yaml({k: v for k, v in cfg.items() if k != BLOCK}))
+        print("# rlhooks (resolved)")
+        print(rlhooks_config(cfg).to_yaml())
+        return 0
+    run(cfg)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rlhooks.engines.verl.main", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return run_from_args(args)
+    except RLHooksError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

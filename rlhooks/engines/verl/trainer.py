@@ -1,0 +1,460 @@
+"""RLHooksRayPPOTrainer: verl's legacy RayPPOTrainer with the rlhooks hook points in its step.
+
+One step of ``fit()``::
+
+    collect (rlhooks.core.StepDriver, over a VerlRollout):
+        sampler -> DataProto -> on_batch_sampled
+        -> generation + reward (verl's rollout manager / reward loop) -> on_rewards_computed
+        -> filters -> accumulate generation batches until train_batch_size groups -> trim
+    train (verl):   balance -> old log-probs -> ref -> values -> advantages -> critic/actor update
+                    -> checkpoint -> weight sync
+    finish (rlhooks): on_step_end -> merged metrics to rlhooks backends -> tables
+                      and the same merged metrics to verl's Tracking logger
+
+What stays verl's: validation, checkpoints (plus an ``rlhooks.pt`` next to ``data.pt``),
+profiling, timing / throughput / data metrics, ``rollout_data_dir`` dumps, ``on_batch_end``.
+The training part calls verl's own methods; the lines around them follow verl 0.9.1's fit().
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from pprint import pprint
+from typing import Any
+
+import numpy as np
+import structlog
+import torch
+from omegaconf import OmegaConf
+from tqdm import tqdm
+
+from rlhooks.core.batch import REWARD_FN_PREFIX, Batch
+from rlhooks.core.driver import StepDriver
+from rlhooks.core.manager import RunManager
+from rlhooks.engines.verl import adapter
+from rlhooks.engines.verl.config import rlhooks_config
+from verl import DataProto
+from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
+from verl.trainer.ppo.metric_utils import (
+    compute_data_metrics,
+    compute_throughout_metrics,
+    compute_timing_metrics,
+    compute_variance_proxy_metrics,
+)
+from verl.trainer.ppo.ray_trainer import (
+    RayPPOTrainer,
+    apply_kl_penalty,
+    compute_advantage,
+    compute_response_mask,
+    compute_spec_decode_metrics,
+)
+from verl.trainer.ppo.reward import extract_reward
+from verl.trainer.ppo.utils import Role, create_rl_dataset
+from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path, should_save_ckpt_esi
+from verl.utils.debug import marked_timer
+from verl.utils.metric import reduce_metrics
+from verl.utils.skip.skip_manager import SkipManager
+
+log = structlog.get_logger("rlhooks.verl")
+
+#: file next to verl's data.pt holding every stateful rlhooks component (sampler included)
+STATE_FILE = "rlhooks.pt"
+
+
+class DataExhausted(Exception):
+    """The dataloader ran out of epochs in the middle of collecting a step."""
+
+
+class VerlRollout:
+    """The core driver's view of verl: draw, generate + score, select and concat DataProtos."""
+
+    def __init__(self, trainer: RLHooksRayPPOTrainer, timing_raw: dict[str, float]):
+        self.trainer = trainer
+        self.timing_raw = timing_raw
+
+    def sample(self, step: int) -> tuple[DataProto, Batch]:
+        return self.trainer._sample_prompts(step)
+
+    def generate(self, step: int, payload: DataProto) -> tuple[DataProto, Batch]:
+        return self.trainer._generate_and_score(step, payload, self.timing_raw)
+
+    def select(self, payload: DataProto, rows: np.ndarray) -> DataProto:
+        return adapter.select_rows(payload, rows)
+
+    def concat(self, payloads: list[DataProto]) -> DataProto:
+        return adapter.concat(payloads)
+
+
+class RLHooksRayPPOTrainer(RayPPOTrainer):
+    """verl's legacy PPO/GRPO trainer driven by rlhooks plugins.
+
+    The rlhooks config is the ``rlhooks:`` block of verl's config (see
+    :mod:`rlhooks.engines.verl.config`). ``rlhooks_plugins`` registers extra hook objects
+    (``(name, object)`` pairs), e.g. for tests or embedding applications.
+    """
+
+    def __init__(self, *args: Any, rlhooks_plugins: Iterable[tuple[str, Any]] = (), **kwargs: Any):
+        self._rlhooks_plugins = list(rlhooks_plugins)
+        config = kwargs["config"] if "config" in kwargs else args[0]
+        if config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
+            raise NotImplementedError(
+                "algorithm.adv_estimator=remax is not supported by the rlhooks trainer (its greedy baseline "
+                "generation is not wired into the accumulation loop); use verl's own trainer for ReMax."
+            )
+        self._epoch = 0
+        self._batches: Iterator[dict[str, Any]] | None = None
+        self._reward_metrics: dict[str, float] = {}
+        super().__init__(*args, **kwargs)  # calls _create_dataloader, which builds the rlhooks run
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler):
+        """verl's dataloaders over a row-indexed train dataset, with the rlhooks sampler injected."""
+        if train_dataset is None:
+            train_dataset = create_rl_dataset(
+                self.config.data.train_files, self.config.data, self.tokenizer, self.processor,
+                max_samples=self.config.data.get("train_max_samples", -1),
+            )
+        if not isinstance(train_dataset, adapter.RowIndexedDataset):
+            train_dataset = adapter.RowIndexedDataset(train_dataset)
+        gen_batch_size = self.config.data.get("gen_batch_size", None) or self.config.data.train_batch_size
+        steps = self.config.trainer.total_training_steps or (
+            len(train_dataset) // gen_batch_size * self.config.trainer.total_epochs
+        )
+        self.rl = RunManager(rlhooks_config(self.config, steps=max(int(steps), 1)), extra_plugins=self._rlhooks_plugins)
+        self.driver = StepDriver(self.rl)
+        if self.rl.config.sampler is not None:
+            if train_sampler is not None:
+                log.info("the rlhooks sampler replaces verl's train sampler", sampler=self.rl.config.sampler.name,
+                         replaced=type(train_sampler).__name__)
+            train_sampler = self.rl.build_sampler(adapter.dataset_columns(train_dataset), batch_size=gen_batch_size)
+            if self.config.data.get("dataloader_num_workers", 0):
+                log.warning(
+                    "data.dataloader_num_workers > 0: the dataloader prefetches, so the sampler draws a few "
+                    "generation batches before it sees their rewards; set data.dataloader_num_workers=0 for "
+                    "a reward-driven sampler to react at once",
+                    num_workers=self.config.data.dataloader_num_workers,
+                )
+        super()._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
+
+    # -- the training loop ------------------------------------------------------------------------
+    def fit(self):
+        if self._dump_executor._shutdown:
+            self._init_dump_executor()
+        from verl.utils.tracking import Tracking
+
+        self.tracking = logger = Tracking(
+            project_name=self.config.trainer.project_name,
+            experiment_name=self.config.trainer.experiment_name,
+            default_backend=self.config.trainer.logger,
+            config=OmegaConf.to_container(self.config, resolve=True),
+        )
+        self.global_steps = 0
+        self._epoch = 0
+        self._load_checkpoint()
+        self.checkpoint_manager.update_weights(self.global_steps)
+        SkipManager.init(self.config)
+
+        if self.config.trainer.get("val_before_train", True):
+            val_metrics = self._validate()
+            assert val_metrics, f"{val_metrics=}"
+            pprint(f"Initial validation metrics: {val_metrics}")
+            logger.log(data=val_metrics, step=self.global_steps)
+            if self.config.trainer.get("val_only", False):
+                self._shutdown_dump_executor()
+                return
+
+        progress_bar = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress")
+        self.global_steps += 1
+        SkipManager.set_step(self.global_steps)
+        self.max_steps_duration = 0
+        last_val_metrics = None
+        profile_steps = self.config.global_profiler.steps
+        prev_profile, curr_profile = False, bool(profile_steps and self.global_steps in profile_steps)
+
+        with self.rl.running():
+            while self.global_steps <= self.total_training_steps:
+                step = self.global_steps
+                is_last_step = step >= self.total_training_steps
+                metrics: dict[str, Any] = {}
+                timing_raw: dict[str, float] = {}
+                self._reward_metrics = {}
+                with marked_timer("start_profile", timing_raw):
+                    continuous = self.config.global_profiler.profile_continuous_steps
+                    self._start_profiling(not prev_profile and curr_profile if continuous else curr_profile)
+                self._curr_step_profile = curr_profile
+
+                with marked_timer("step", timing_raw):
+                    # 1. rlhooks: sample -> on_batch_sampled -> generate+reward -> on_rewards_computed
+                    #    -> filters -> accumulate generation batches -> trim
+                    try:
+                        collected = self.driver.collect(step, VerlRollout(self, timing_raw))
+                    except DataExhausted:
+                        log.warning("the dataloader ran out of epochs before the step was complete; stopping",
+                                    step=step, epochs=self.config.trainer.total_epochs)
+                        break
+                    batch = collected.payload
+                    # 2. verl: old log-probs, ref, values, advantages, critic/actor update, checkpoint
+                    if batch is not None:
+                        batch = self._train_on(batch, metrics, timing_raw, is_last_step)
+                    else:
+                        log.warning("no group survived the filters this step; nothing to train on", step=step)
+
+                if self.config.trainer.test_freq > 0 and (is_last_step or step % self.config.trainer.test_freq == 0):
+                    with marked_timer("testing", timing_raw, color="green"):
+                        val_metrics = self._validate()
+                        if is_last_step:
+                            last_val_metrics = val_metrics
+                    metrics.update(val_metrics)
+
+                with marked_timer("stop_profile", timing_raw):
+                    next_profile = bool(profile_steps and step + 1 in profile_steps)
+                    run_command = bool(curr_profile and profile_steps and (step == max(profile_steps) or is_last_step))
+                    continuous = self.config.global_profiler.profile_continuous_steps
+                    self._stop_profiling(curr_profile and not next_profile if continuous else curr_profile,
+                                         run_command=run_command)
+                    prev_profile, curr_profile = curr_profile, next_profile
+
+                self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
+                metrics.update(collected.metrics)
+                metrics.update(self._reward_metrics)
+                if batch is not None:
+                    metrics.update(self._verl_step_metrics(batch, timing_raw))
+                metrics.update({"training/global_step": step, "training/epoch": self._epoch})
+
+                # 3. rlhooks: on_step_end -> merged metrics to rlhooks backends (+ tables); verl logs the same
+                trained = adapter.trajectory_batch(batch, self.tokenizer) if batch is not None else collected.batch
+                merged = self.driver.finish_step(step, trained.with_meta(step=step), metrics)
+                logger.log(data=merged, step=step)
+
+                progress_bar.update(1)
+                self.global_steps += 1
+                SkipManager.set_step(self.global_steps)
+                if is_last_step:
+                    if hasattr(self.actor_rollout_wg, "async_calls_finalize_fn_exec"):
+                        self.actor_rollout_wg.async_calls_finalize_fn_exec(blocking=True)
+                    pprint(f"Final validation metrics: {last_val_metrics}")
+                    progress_bar.close()
+                    break
+                if batch is not None and hasattr(self.train_dataset, "on_batch_end"):
+                    self.train_dataset.on_batch_end(batch=batch)
+        self._shutdown_dump_executor()
+
+    # -- 1. collecting a step's batch (called by the core driver through VerlRollout) --------------
+    def _next_batch_dict(self) -> dict[str, Any]:
+        """The next dataloader batch, across epochs (one step may use several)."""
+        while True:
+            if self._batches is None:
+                if self._epoch >= self.config.trainer.total_epochs:
+                    raise DataExhausted
+                self._batches = iter(self.train_dataloader)
+            try:
+                return next(self._batches)
+            except StopIteration:
+                self._batches = None
+                self._epoch += 1
+
+    def _sample_prompts(self, step: int) -> tuple[DataProto, Batch]:
+        if hasattr(self.actor_rollout_wg, "async_calls_finalize_fn_exec"):
+            self.actor_rollout_wg.async_calls_finalize_fn_exec(blocking=False)
+        batch = DataProto.from_single_dict(self._next_batch_dict())
+        batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+        batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+        return batch, adapter.prompt_batch(batch)
+
+    def _generate_and_score(self, step: int, batch: DataProto, timing_raw: dict[str, float]) -> tuple[DataProto, Batch]:
+        """verl's generation and reward for one generation batch; rows become trajectories."""
+        rows = batch.non_tensor_batch.pop(adapter.ROW_KEY, None)  # not a generation input
+        gen_batch = self._get_gen_batch(batch)
+        gen_batch.meta_info["global_steps"] = step
+        n = self.config.actor_rollout_ref.rollout.n
+        gen_batch = gen_batch.repeat(repeat_times=n, interleave=True)
+        with marked_timer("gen", timing_raw, color="red"):
+            profile = getattr(self, "_curr_step_profile", False)
+            if profile:
+                self.llm_server_manager.start_profile()
+            gen_output = self.async_rollout_manager.generate_sequences(gen_batch)
+            self.checkpoint_manager.sleep_replicas()
+            if profile:
+                self.llm_server_manager.stop_profile()
+            _accumulate_timing(timing_raw, gen_output.meta_info.pop("timing", {}))
+        batch = batch.repeat(repeat_times=n, interleave=True).union(gen_output)
+        if rows is not None:
+            batch.non_tensor_batch[adapter.ROW_KEY] = np.repeat(np.asarray(rows, dtype=np.int64), n)
+        if "response_mask" not in batch.batch.keys():
+            batch.batch["response_mask"] = compute_response_mask(batch)
+
+        with marked_timer("reward", timing_raw, color="yellow"):
+            if self.use_rm and "rm_scores" not in batch.batch.keys():
+                batch = batch.union(self._compute_reward_colocate(batch))
+            reward_tensor, extras = extract_reward(batch)
+            batch.batch["token_level_scores"] = reward_tensor
+            batch.non_tensor_batch.update({k: np.asarray(v) for k, v in extras.items()})
+            if self.rl.rewards:
+                for k, v in self._rlhooks_rewards(batch).items():  # error counts add up over the step
+                    self._reward_metrics[k] = self._reward_metrics.get(k, 0.0) + v
+        if not self.config.algorithm.use_kl_in_reward:  # else set by apply_kl_penalty after filtering
+            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+        return batch, adapter.trajectory_batch(batch, self.tokenizer)
+
+    def _rlhooks_rewards(self, batch: DataProto) -> dict[str, float]:
+        """The configured rlhooks reward functions replace verl's score (on the driver).
+
+        The weighted total goes at each response's last valid token, as verl's reward managers
+        place theirs; each function's score becomes a ``reward_fn/<name>`` column.
+        """
+        view = adapter.trajectory_batch(batch, self.tokenizer)
+        result = self.rl.rewards.score(view["response"], view["target"].astype(str))
+        mask = batch.batch["response_mask"]
+        last = (mask.sum(-1).long() - 1).clamp(min=0)
+        scores = torch.zeros_like(batch.batch["token_level_scores"], dtype=torch.float32)
+        scores[torch.arange(len(batch)), last] = torch.as_tensor(result.total, dtype=torch.float32)
+        batch.batch["token_level_scores"] = scores
+        for name, values in result.components.items():
+            batch.non_tensor_batch[REWARD_FN_PREFIX + name] = values
+        return result.metrics()
+
+    # -- 2. training on the collected batch, as verl 0.9.1's fit() does ----------------------------
+    def _train_on(self, batch: DataProto, metrics: dict, timing_raw: dict, is_last_step: bool) -> DataProto:
+        if self.config.trainer.balance_batch:
+            self._balance_batch(batch, metrics=metrics)
+        batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
+        batch.meta_info["images_seqlens"] = [
+            s for mm in batch.non_tensor_batch.get("multi_modal_inputs", ()) if "image_grid_thw" in mm
+            for s in mm["images_seqlens"].tolist()
+        ]
+        batch = self._log_probs(batch, metrics, timing_raw)
+        with marked_timer("adv", timing_raw, color="brown"):
+            batch = self._advantages(batch, metrics)
+        if self.use_critic:
+            with marked_timer("update_critic", timing_raw, color="pink"):
+                metrics.update(reduce_metrics(self._update_critic(batch).meta_info["metrics"]))
+        if self.config.trainer.critic_warmup > self.global_steps:
+            self.checkpoint_manager.update_weights(self.global_steps)
+        else:
+            with marked_timer("update_actor", timing_raw, color="red"):
+                actor_output = self._update_actor(batch)
+            esi_close = should_save_ckpt_esi(
+                max_steps_duration=self.max_steps_duration, redundant_time=self.config.trainer.esi_redundant_time
+            )
+            save_freq = self.config.trainer.save_freq
+            if save_freq > 0 and (is_last_step or self.global_steps % save_freq == 0 or esi_close):
+                with marked_timer("save_checkpoint", timing_raw, color="green"):
+                    self._save_checkpoint()
+            with marked_timer("update_weights", timing_raw, color="red"):
+                self.checkpoint_manager.update_weights(self.global_steps)
+            metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
+        rollout_data_dir = self.config.trainer.get("rollout_data_dir", None)
+        if rollout_data_dir:
+            extras = {k: batch.non_tensor_batch[k] for k in batch.meta_info.get("reward_extra_keys", [])}
+            self._log_rollout_data(batch, extras, timing_raw, rollout_data_dir)
+        return batch
+
+    def _log_probs(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
+        rollout_corr = self.config.algorithm.get("rollout_correction", None)
+        if rollout_corr and rollout_corr.get("bypass_mode", False):
+            from verl.trainer.ppo.rollout_corr_helper import apply_bypass_mode
+
+            apply_bypass_mode(batch=batch, rollout_corr_config=rollout_corr,
+                              policy_loss_config=self.config.actor_rollout_ref.actor.policy_loss)
+        else:
+            with marked_timer("old_log_prob", timing_raw, color="blue"):
+                old_log_prob, mfu = self._compute_old_log_prob(batch)
+                actor_config = self.config.actor_rollout_ref.actor
+                entropy = agg_loss(
+                    loss_mat=old_log_prob.batch["entropys"], loss_mask=batch.batch["response_mask"],
+                    loss_agg_mode=actor_config.loss_agg_mode, loss_scale_factor=actor_config.loss_scale_factor,
+                )
+                metrics.update({"actor/entropy": entropy.detach().item(), "perf/mfu/actor_infer": mfu})
+                old_log_prob.batch.pop("entropys")
+                batch = batch.union(old_log_prob)
+                if "rollout_log_probs" in batch.batch.keys():
+                    from verl.utils.debug.metrics import calculate_debug_metrics
+
+                    metrics.update(calculate_debug_metrics(batch))
+        if self.use_reference_policy:
+            with marked_timer(str(Role.RefPolicy), timing_raw, color="olive"):
+                batch = batch.union(self._compute_ref_log_prob(batch))
+        if self.use_critic:
+            with marked_timer("values", timing_raw, color="cyan"):
+                batch = batch.union(self._compute_values(batch))
+        return batch
+
+    def _advantages(self, batch: DataProto, metrics: dict) -> DataProto:
+        algo = self.config.algorithm
+        if algo.use_kl_in_reward:
+            batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=algo.kl_penalty)
+            metrics.update(kl_metrics)
+        rollout_corr = algo.get("rollout_correction", None)
+        if rollout_corr is not None and "rollout_log_probs" in batch.batch and not rollout_corr.get("bypass_mode", False):
+            from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+
+            batch, is_metrics = compute_rollout_correction_and_add_to_batch(batch, rollout_corr)
+            metrics.update(is_metrics)
+        return compute_advantage(
+            batch, adv_estimator=algo.adv_estimator, gamma=algo.gamma, lam=algo.lam,
+            num_repeat=self.config.actor_rollout_ref.rollout.n,
+            norm_adv_by_std_in_grpo=algo.get("norm_adv_by_std_in_grpo", True), config=algo,
+        )
+
+    def _verl_step_metrics(self, batch: DataProto, timing_raw: dict) -> dict[str, Any]:
+        """verl's own data, timing, throughput and variance metrics of the trained batch."""
+        metrics = dict(compute_data_metrics(batch=batch, use_critic=self.use_critic))
+        gdpo_keys = self.config.algorithm.get("gdpo_reward_keys", None)
+        if gdpo_keys and self.config.algorithm.adv_estimator in ("gdpo", AdvantageEstimator.GDPO):
+            for key in (k for k in gdpo_keys if k in batch.non_tensor_batch):
+                vals = np.asarray(batch.non_tensor_batch[key], dtype=np.float32)
+                metrics.update({f"gdpo/{key}/mean": float(vals.mean()), f"gdpo/{key}/std": float(vals.std()),
+                                f"gdpo/{key}/max": float(vals.max()), f"gdpo/{key}/min": float(vals.min())})
+        metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
+        n_gpus = self.resource_pool_manager.get_n_gpus()
+        metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw, n_gpus=n_gpus))
+        metrics.update(compute_variance_proxy_metrics(batch=batch, gradient_norm=metrics.get("actor/grad_norm")))
+        nt = batch.non_tensor_batch
+        metrics.update(compute_spec_decode_metrics(
+            nt.get("spec_num_draft_tokens"), nt.get("spec_num_accepted_tokens"), nt.get("spec_num_verify_steps")
+        ))
+        return metrics
+
+    # -- checkpoints: verl's, plus the state of every stateful rlhooks component -------------------
+    def _save_checkpoint(self):
+        super()._save_checkpoint()  # data.pt holds the dataloader state, the sampler's included
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        os.makedirs(folder, exist_ok=True)
+        torch.save({"components": self.rl.state_dict(), "epoch": self._epoch}, os.path.join(folder, STATE_FILE))
+
+    def _load_checkpoint(self):
+        out = super()._load_checkpoint()
+        folder = self._resumed_folder()
+        if folder is None:
+            return out
+        path = os.path.join(folder, STATE_FILE)
+        if not os.path.exists(path):
+            log.warning("checkpoint has no rlhooks state; samplers and other components start fresh", folder=folder)
+            return out
+        state = torch.load(path, weights_only=False)
+        # Also restores the sampler when verl skips data.pt at an epoch boundary: with dynamic
+        # sampling, steps and dataloader batches are not aligned.
+        self.rl.load_state_dict(state["components"])
+        self._epoch = int(state.get("epoch", 0))
+        self._batches = None
+        log.info("restored rlhooks state", folder=folder, components=list(state["components"]))
+        return out
+
+    def _resumed_folder(self) -> str | None:
+        """The checkpoint folder verl's _load_checkpoint resumed from (same rules), or None."""
+        trainer = self.config.trainer
+        if trainer.resume_mode == "disable" or self.global_steps == 0:
+            return None
+        if trainer.resume_mode == "resume_path":
+            folder = trainer.resume_from_path
+        else:
+            folder = find_latest_ckpt_path(os.path.abspath(trainer.default_local_dir))
+        return os.path.abspath(folder) if folder else None
+
+
+def _accumulate_timing(timing_raw: dict[str, float], new: dict[str, float]) -> None:
+    # several generation batches per step: their rollout timings add up
+    for k, v in new.items():
+        timing_raw[k] = timing_raw.get(k, 0.0) + v

@@ -1,0 +1,124 @@
+"""The reward functions as verl's ``reward.custom_reward_function`` (a compute_score), without verl.
+
+verl config::
+
+    reward:
+      custom_reward_function:
+        path: <site-packages>/rlhooks/plugins/rewards/verl_adapter.py   # or the installed module's file
+        name: compute_score
+        reward_kwargs:                      # optional; passed to compute_score as keyword arguments
+          functions: [check_answer, format_exact]
+          weights: {check_answer: 2.0}
+
+``compute_score`` returns ``{"score": weighted total, "<function>": unweighted score, ...,
+"acc": 1.0 | 0.0, "reward_errors": n}``; verl logs every key but ``score`` as a reward extra,
+so the components reach the batch (and the DAPO filter's default ``acc`` metric exists).
+
+* functions: names of reward functions (built-ins or any installed ``rlhooks.rewards`` function);
+  a list or a comma-separated string. Default: all four built-ins.
+* weights: ``{name: weight}`` or a list in ``functions`` order. Default 1.0 each.
+* error_score: the score of a function that raises on a sample (default 0.0); such failures are
+  counted in ``reward_errors`` for that sample, like ``rewards/errors/<name>`` in rlhooks runs.
+* acc: 1.0 when ``check_answer`` gives 1.5 or more (exact or normalized match), else 0.0.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import structlog
+
+from rlhooks.plugins.rewards.functions import BUILTIN_FUNCTIONS, check_answer
+
+log = structlog.get_logger("rlhooks.rewards.verl")
+
+DEFAULT_FUNCTIONS = tuple(BUILTIN_FUNCTIONS)
+ACC_MIN_SCORE = 1.5  # check_answer's normalized match or better counts as correct
+
+
+@functools.lru_cache(maxsize=32)
+def _resolve(names: tuple[str, ...]) -> tuple[tuple[str, Callable[..., float]], ...]:
+    out = []
+    registry = None
+    for name in names:
+        fn = BUILTIN_FUNCTIONS.get(name)
+        if fn is None:  # a third-party function registered in rlhooks.rewards
+            from rlhooks.core.components import RewardFunction, is_reward_function
+            from rlhooks.core.registry import Registry
+
+            registry = registry or Registry()
+            obj = registry.resolve("reward", name)  # unknown names: error with did-you-mean
+            if not is_reward_function(obj):
+                raise ValueError(f"rlhooks reward {name!r} is an observer plugin, not a reward function")
+            fn = obj() if isinstance(obj, type) and issubclass(obj, RewardFunction) else obj
+        out.append((name, fn))
+    return tuple(out)
+
+
+def _names(functions: str | Sequence[str] | None) -> tuple[str, ...]:
+    if functions is None:
+        return DEFAULT_FUNCTIONS
+    if isinstance(functions, str):
+        functions = [f.strip() for f in functions.split(",") if f.strip()]
+    names = tuple(str(f) for f in functions)
+    if not names:
+        raise ValueError("compute_score: 'functions' is empty; name at least one reward function")
+    return names
+
+
+def _weights(names: tuple[str, ...], weights: Mapping[str, float] | Sequence[float] | None) -> list[float]:
+    if weights is None:
+        return [1.0] * len(names)
+    if isinstance(weights, Mapping):
+        unknown = set(weights) - set(names)
+        if unknown:
+            raise ValueError(f"compute_score: weights for {sorted(unknown)} but functions are {list(names)}")
+        return [float(weights.get(n, 1.0)) for n in names]
+    w = [float(x) for x in weights]
+    if len(w) != len(names):
+        raise ValueError(f"compute_score: {len(w)} weights for {len(names)} functions {list(names)}")
+    return w
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Mapping[str, Any] | None = None,
+    *,
+    functions: str | Sequence[str] | None = None,
+    weights: Mapping[str, float] | Sequence[float] | None = None,
+    error_score: float = 0.0,
+    **kwargs: Any,
+) -> dict[str, float]:
+    """verl custom reward function: weighted total in ``score``, each function's score by name."""
+    names = _names(functions)
+    ws = _weights(names, weights)
+    info = dict(extra_info or {})
+    info.setdefault("data_source", data_source)
+    target = ground_truth if isinstance(ground_truth, str) else str(ground_truth)
+    out: dict[str, float] = {}
+    total, errors = 0.0, 0
+    for (name, fn), w in zip(_resolve(names), ws):
+        try:
+            value = float(fn(solution_str, target, **info))
+        except Exception as exc:  # noqa: BLE001 - one bad sample must not stop verl's reward loop
+            value = float(error_score)
+            errors += 1
+            log.warning("reward function raised; sample scored error_score", plugin=name,
+                        error=f"{type(exc).__name__}: {exc}", error_score=error_score)
+        out[name] = value
+        total += w * value
+    answer = out["check_answer"] if "check_answer" in out else _safe_check(solution_str, target)
+    out["acc"] = 1.0 if answer >= ACC_MIN_SCORE else 0.0
+    out["reward_errors"] = float(errors)
+    return {"score": total, **out}
+
+
+def _safe_check(solution_str: str, target: str) -> float:
+    try:
+        return check_answer(solution_str, target)
+    except Exception:  # noqa: BLE001
+        return 0.0

@@ -1,0 +1,163 @@
+"""``rlhooks report``: PNG charts and one self-contained HTML page from runs' ``metrics.jsonl``.
+
+    from rlhooks.report import write_report
+    write_report(["runs/uniform", "runs/curriculum"], "runs/compare-report")
+
+The page embeds every chart as a base64 PNG (it opens anywhere, no server, no other files
+needed) and links the PNG files written next to it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from rlhooks.report.charts import CHARTS, render_chart
+from rlhooks.report.reader import ReportError, RunData, Table, load_run
+
+log = structlog.get_logger("rlhooks.report")
+
+REPORT_FILE = "report.html"
+MAX_CELL = 400  # characters of text shown per table cell
+#: final values shown per run in the page header
+HEADLINE = (
+    ("sim/accuracy/mean", "mean accuracy"), ("rewards/mean", "mean reward"), ("curriculum/level", "curriculum level"),
+    ("curriculum/percentile", "curriculum percentile"), ("filter/kept_ratio", "kept ratio"),
+    ("train/num_gen_batches", "gen batches/step"), ("sim/generated_trajectories", "generated trajectories"),
+    ("sim/trained_trajectories", "trained trajectories"), ("alerts/total", "alerts"),
+)
+
+__all__ = ["write_report", "load_run", "RunData", "ReportError"]
+
+
+def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
+    """Charts (PNG) and report.html for ``run_dirs`` in ``out_dir``; returns the page's path."""
+    if not run_dirs:
+        raise ReportError("give at least one run directory")
+    runs = [load_run(d) for d in run_dirs]
+    names = [r.name for r in runs]
+    for i, r in enumerate(runs):  # two runs with one name (e.g. two default configs) stay apart
+        if names.count(r.name) > 1:
+            r.name = f"{r.name} ({Path(r.path).parent})"
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    charts: list[tuple[str, Path]] = []
+    notes: list[str] = []
+    for chart in CHARTS:
+        try:
+            path = render_chart(chart, runs, out)
+        except Exception as exc:  # noqa: BLE001 - one bad chart must not lose the others
+            log.warning("chart failed; skipped", chart=chart.file, error=f"{type(exc).__name__}: {exc}")
+            notes.append(f"{chart.title}: could not be drawn ({type(exc).__name__}: {exc})")
+            continue
+        if path is None:
+            notes.append(f"{chart.title}: skipped, {chart.missing_note}.")
+        else:
+            charts.append((chart.title, path))
+    page = out / REPORT_FILE
+    page.write_text(_page(runs, charts, notes), encoding="utf-8")
+    log.info("report written", page=str(page), charts=len(charts), skipped=len(notes))
+    return page
+
+
+# -- HTML ---------------------------------------------------------------------------------
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px auto;max-width:1320px;color:#222;padding:0 16px}
+h1{font-size:1.5em;margin-bottom:4px} h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
+table{border-collapse:collapse;font-size:13px;margin:8px 0} th,td{border:1px solid #ddd;padding:4px 8px;vertical-align:top;text-align:left}
+th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums}
+figure{margin:16px 0} figure img{max-width:100%;border:1px solid #eee} figcaption{font-size:12px;color:#666}
+pre{white-space:pre-wrap;word-break:break-word;margin:0;font-size:12px;max-width:520px}
+.note{color:#8a5a00} details{margin:8px 0} .muted{color:#777;font-size:12px}
+"""
+
+
+def _esc(v: Any) -> str:
+    return html.escape(str(v), quote=True)
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if abs(v) >= 1000 and float(v).is_integer():
+        return f"{v:,.0f}"
+    return f"{v:.4g}"
+
+
+def _page(runs: list[RunData], charts: list[tuple[str, Path]], notes: list[str]) -> str:
+    title = "rlhooks report — " + " vs ".join(r.name for r in runs)
+    parts = [
+        "<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
+        f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{_esc(title)}</h1>",
+        f"<p class='muted'>written {time.strftime('%Y-%m-%d %H:%M:%S')} by rlhooks report from "
+        + ", ".join(f"<code>{_esc(r.path)}</code>" for r in runs) + "</p>",
+        "<h2>Runs</h2>", _runs_table(runs),
+    ]
+    if notes:
+        parts.append("<h2>Skipped charts</h2><ul>" + "".join(f"<li class='note'>{_esc(n)}</li>" for n in notes) + "</ul>")
+    parts.append("<h2>Charts</h2>")
+    for chart_title, path in charts:
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        parts.append(
+            f"<figure id='{_esc(path.stem)}'><img alt='{_esc(chart_title)}' src='data:image/png;base64,{data}'>"
+            f"<figcaption>{_esc(chart_title)} — <a href='{_esc(path.name)}'>{_esc(path.name)}</a></figcaption></figure>"
+        )
+    parts.append("<h2>Samples</h2>")
+    any_table = False
+    for run in runs:
+        for name in sorted(run.last_tables):
+            first, last = run.first_tables[name], run.last_tables[name]
+            shown = [first, last] if first.step != last.step else [last]
+            for t in shown:
+                any_table = True
+                parts.append(f"<h3>{_esc(run.name)} · {_esc(name)} · step {t.step}</h3>")
+                parts.append(_table(t))
+            parts.append(f"<p class='muted'>{run.table_counts[name]} tables named {_esc(name)} in this run; "
+                         "the first and the last are shown.</p>")
+    if not any_table:
+        parts.append("<p class='note'>No sample tables were logged (enable top_bottom_k under samples:).</p>")
+    parts.append("<h2>Configs</h2>")
+    for run in runs:
+        parts.append(f"<details><summary>{_esc(run.name)}</summary><pre>{_esc(json.dumps(run.config, indent=2, default=str))}</pre></details>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _runs_table(runs: list[RunData]) -> str:
+    keys = [(k, label) for k, label in HEADLINE if any(r.has(k) for r in runs)]
+    head = "<tr><th>run</th><th>steps</th><th>status</th>" + "".join(f"<th>{_esc(lab)} (last)</th>" for _, lab in keys) + "</tr>"
+    rows = []
+    for r in runs:
+        cells = "".join(f"<td class='num'>{_fmt(r.last(k))}</td>" for k, _ in keys)
+        rows.append(f"<tr><td>{_esc(r.name)}</td><td class='num'>{r.n_steps}</td><td>{_esc(r.status or 'unfinished')}</td>{cells}</tr>")
+    return "<table>" + head + "".join(rows) + "</table>"
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f"<td class='num'>{v:.4g}</td>"
+    if isinstance(v, (int, bool)) or v is None:
+        return f"<td class='num'>{_esc(v)}</td>"
+    text = v if isinstance(v, str) else json.dumps(v, default=str)
+    if len(text) > MAX_CELL:
+        text = text[:MAX_CELL] + f"… (+{len(text) - MAX_CELL} chars)"
+    return f"<td><pre>{_esc(text)}</pre></td>"
+
+
+def _table(t: Table) -> str:
+    cols: dict[str, None] = {}
+    for row in t.rows:
+        for k in row:
+            cols.setdefault(k, None)
+    head = "<tr>" + "".join(f"<th>{_esc(c)}</th>" for c in cols) + "</tr>"
+    body = "".join("<tr>" + "".join(_cell(row.get(c)) for c in cols) + "</tr>" for row in t.rows)
+    return "<table>" + head + body + "</table>"

@@ -1,0 +1,167 @@
+"""PNG charts from one or several runs (matplotlib, Agg backend, no display needed).
+
+A chart is a set of panels; a panel plots the series whose names match a pattern. The label
+group of the pattern (a source name, a function name) picks the colour; runs differ by line
+style, so several runs overlay on one panel. A panel no run logged is left out; a chart with no
+panel left is skipped with a note saying which metrics were missing.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from rlhooks.report.reader import RunData
+
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+@attrs.frozen
+class Panel:
+    title: str
+    pattern: str  # regex over metric names; group "label" names the series (optional)
+    ylabel: str = ""
+    stacked: bool = False  # stacked area (single run only)
+    smooth: int = 1  # moving-average window
+
+    def matches(self, run: RunData) -> list[tuple[str, str]]:
+        """(label, key) of the series this panel draws for ``run``, sorted by label."""
+        rx = re.compile(self.pattern)
+        out = []
+        for key in run.series:
+            m = rx.fullmatch(key)
+            if m:
+                label = m.groupdict().get("label") or key
+                out.append((label, key))
+        return sorted(out)
+
+
+@attrs.frozen
+class Chart:
+    file: str
+    title: str
+    panels: tuple[Panel, ...]
+    missing_note: str  # what it means when nothing was logged
+
+
+CHARTS: tuple[Chart, ...] = (
+    Chart("overview.png", "Overview", (
+        Panel("accuracy per source (simulated learner)", r"sim/accuracy/(?P<label>(?!mean$)[^/]+)", "expected accuracy"),
+        Panel("reward per source (trained rows)", r"source/(?P<label>[^/]+)/reward", "mean reward", smooth=3),
+        Panel("curriculum percentile", r"curriculum/percentile", "% of items unlocked"),
+        Panel("filter kept ratio", r"filter/kept_ratio", "kept / generated groups"),
+    ), "no accuracy, source, curriculum or filter metrics"),
+    Chart("batch_composition.png", "Batch composition per source", (
+        Panel("trained rows per source", r"source/(?P<label>[^/]+)/count", "trajectories", stacked=True, smooth=5),
+        Panel("generated rows per source", r"source/(?P<label>[^/]+)/generated_count", "trajectories", stacked=True, smooth=5),
+    ), "no source/<name>/count metrics (enable source_metrics in rewards:)"),
+    Chart("reward_per_source.png", "Reward per source", (
+        Panel("trained rows", r"source/(?P<label>[^/]+)/reward", "mean reward", smooth=3),
+        Panel("all generated rows (before filters)", r"source/(?P<label>[^/]+)/generated_reward", "mean reward", smooth=3),
+        Panel("accuracy of generated rows", r"source/(?P<label>[^/]+)/generated_acc", "acc", smooth=3),
+    ), "no source/<name>/reward metrics (enable source_metrics in rewards:)"),
+    Chart("sampler_weights.png", "Sampler weights", (
+        Panel("sampling weight per source", r"sampler/weight/(?P<label>[^/]+)", "weight"),
+        Panel("reward EMA per source", r"sampler/reward_ema/(?P<label>[^/]+)", "reward EMA"),
+    ), "no sampler/weight/<source> metrics (no multi-source sampler configured)"),
+    Chart("curriculum.png", "Curriculum", (
+        Panel("level", r"curriculum/level", "level"),
+        Panel("percentile", r"curriculum/percentile", "% of items"),
+        Panel("items unlocked", r"curriculum/num_items", "items"),
+    ), "no curriculum/* metrics (no curriculum sampler configured)"),
+    Chart("filter.png", "Dynamic sampling filter", (
+        Panel("kept ratio", r"filter/kept_ratio", "kept / generated groups"),
+        Panel("generation batches per step", r"train/num_gen_batches", "batches"),
+        Panel("dropped groups", r"filter/(?P<label>dropped_[a-z_]+)", "groups"),
+    ), "no filter/* or train/num_gen_batches metrics (no filter configured)"),
+    Chart("reward_quality.png", "Reward quality indicators", (
+        Panel("signal to noise", r"rewards/signal_to_noise", "|mean| / std"),
+        Panel("entropy", r"rewards/entropy", "entropy"),
+        Panel("variance", r"rewards/variance", "variance"),
+        Panel("mean reward", r"rewards/mean", "reward"),
+    ), "no rewards/* quality metrics (enable reward_monitor in rewards:)"),
+    Chart("reward_functions.png", "Reward functions", (
+        Panel("mean score per function", r"rewards/functions/(?P<label>[^/]+?)(?<!_std)", "score"),
+        Panel("contribution to the total", r"contributions/(?P<label>[^/]+)", "%"),
+    ), "no rewards/functions/* metrics (enable reward_monitor in rewards:)"),
+    Chart("learner.png", "Simulated learner", (
+        Panel("mean skill per source", r"sim/skill/(?P<label>[^/]+)", "skill"),
+        Panel("malformed-response rate", r"sim/malformed_rate/(?P<label>[^/]+)", "rate"),
+        Panel("KL (simulated)", r"actor/ppo_kl", "kl"),
+        Panel("policy entropy (simulated)", r"actor/entropy", "entropy"),
+    ), "no sim/* metrics (not a simulated run)"),
+)
+
+
+def _smooth(y: np.ndarray, w: int) -> np.ndarray:
+    if w <= 1 or len(y) < w:
+        return y
+    finite = np.isfinite(y)
+    yy = np.where(finite, y, 0.0)
+    k = np.ones(w)
+    num = np.convolve(yy, k, mode="full")[: len(y)]
+    den = np.convolve(finite.astype(float), k, mode="full")[: len(y)]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / den, np.nan)
+
+
+def render_chart(chart: Chart, runs: list[RunData], out_dir: Path) -> Path | None:
+    """Draw ``chart`` for ``runs`` into out_dir/chart.file; None when no run has any of its metrics."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(p, [(run, p.matches(run)) for run in runs]) for p in chart.panels]
+    panels = [(p, per_run) for p, per_run in panels if any(m for _, m in per_run)]
+    if not panels:
+        return None
+    ncols = 2 if len(panels) > 1 else 1
+    nrows = (len(panels) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.2 * ncols, 3.4 * nrows), squeeze=False)
+    cmap = plt.get_cmap("tab10")
+    labels = sorted({lab for _, per_run in panels for _, m in per_run for lab, _ in m})
+    colour = {lab: cmap(i % 10) for i, lab in enumerate(labels)}
+    multi = len(runs) > 1
+    for ax, (panel, per_run) in zip(axes.ravel(), panels):
+        if panel.stacked and not multi:
+            run, matches = per_run[0]
+            if matches:
+                steps = np.unique(np.concatenate([run.series[k][0] for _, k in matches]))
+                ys = []
+                for _, k in matches:
+                    s, v = run.series[k]
+                    y = np.zeros(len(steps))
+                    y[np.searchsorted(steps, s)] = np.nan_to_num(v)
+                    ys.append(y)
+                ax.stackplot(steps, ys, labels=[lab for lab, _ in matches], colors=[colour[lab] for lab, _ in matches], alpha=0.85)
+        else:
+            for r, (run, matches) in enumerate(per_run):
+                for lab, k in matches:
+                    s, v = run.series[k]
+                    single = len(matches) == 1 and lab == k
+                    col = cmap(r % 10) if single else colour[lab]
+                    name = run.name if single else (f"{run.name} · {lab}" if multi else lab)
+                    ax.plot(s, _smooth(v, panel.smooth), LINESTYLES[r % len(LINESTYLES)] if not single else "-",
+                            color=col, label=name, linewidth=1.6)
+        smoothed = panel.smooth > 1 and not (panel.stacked and not multi)
+        ax.set_title(panel.title + (f" (moving avg {panel.smooth})" if smoothed else ""), fontsize=10)
+        ax.set_xlabel("step", fontsize=9)
+        if panel.ylabel:
+            ax.set_ylabel(panel.ylabel, fontsize=9)
+        ax.grid(alpha=0.3)
+        handles, _ = ax.get_legend_handles_labels()
+        if handles and (len(handles) > 1 or multi):
+            ax.legend(fontsize=7, loc="upper left", framealpha=0.6, ncol=2 if len(handles) > 6 else 1)
+    for ax in axes.ravel()[len(panels):]:
+        ax.set_visible(False)
+    title = chart.title + (" — " + " vs ".join(r.name for r in runs) if multi else f" — {runs[0].name}")
+    fig.suptitle(title, fontsize=12)
+    fig.tight_layout()
+    out = out_dir / chart.file
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out

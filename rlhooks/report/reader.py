@@ -1,0 +1,130 @@
+"""Read a run's ``metrics.jsonl`` (written by the ``jsonl`` backend) into per-metric series.
+
+Record kinds: ``run_start`` (name, config), ``metrics`` (step, metrics; NaN/inf written as null),
+``table`` (step, name, rows), ``histogram``, ``run_end`` (status). A file may hold several runs
+appended one after the other (a resumed run); their steps are merged, a later value for the
+same step winning. A last line without its newline (the run is still writing) is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import structlog
+
+from rlhooks.core.errors import RLHooksError
+
+log = structlog.get_logger("rlhooks.report")
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class ReportError(RLHooksError):
+    """A run directory cannot be reported on."""
+
+
+@attrs.define(eq=False)
+class Table:
+    step: int
+    name: str
+    rows: list[dict[str, Any]]
+
+
+@attrs.define(eq=False)
+class RunData:
+    name: str
+    path: Path  # the metrics.jsonl file
+    config: dict[str, Any] = attrs.field(factory=dict)
+    status: str | None = None
+    series: dict[str, tuple[np.ndarray, np.ndarray]] = attrs.field(factory=dict)  # key -> (steps, values)
+    first_tables: dict[str, Table] = attrs.field(factory=dict)  # earliest table of each name
+    last_tables: dict[str, Table] = attrs.field(factory=dict)  # latest table of each name
+    table_counts: dict[str, int] = attrs.field(factory=dict)
+    n_steps: int = 0
+    skipped_lines: int = 0
+
+    def has(self, key: str) -> bool:
+        return key in self.series
+
+    def last(self, key: str) -> float | None:
+        s = self.series.get(key)
+        if s is None or not len(s[1]):
+            return None
+        finite = s[1][np.isfinite(s[1])]
+        return float(finite[-1]) if len(finite) else None
+
+
+def find_metrics_file(run_dir: str | Path) -> Path:
+    p = Path(run_dir)
+    if p.is_file():
+        return p
+    if not p.exists():
+        raise ReportError(f"run directory {p} does not exist")
+    f = p / METRICS_FILE
+    if f.exists():
+        return f
+    found = sorted(p.rglob(METRICS_FILE))
+    if found:
+        return found[0]
+    raise ReportError(
+        f"{p}: no {METRICS_FILE} found; the report reads what the 'jsonl' backend writes, so add "
+        f"'jsonl' to the run's backends: list and run it again"
+    )
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    path = find_metrics_file(run_dir)
+    run = RunData(name=path.parent.name, path=path)
+    cols: dict[str, tuple[list[int], list[float]]] = {}
+    steps_seen: set[int] = set()
+    with path.open("r", encoding="utf-8") as fh:
+        lines = fh.read().split("\n")
+    # the text after the last newline is an unfinished line (or empty)
+    for lineno, line in enumerate(lines[:-1], 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            run.skipped_lines += 1
+            if run.skipped_lines == 1:
+                log.warning("skipping a line that is not JSON", file=str(path), line=lineno, error=str(exc))
+            continue
+        if not isinstance(rec, dict):
+            run.skipped_lines += 1
+            continue
+        kind = rec.get("kind")
+        if kind == "metrics":
+            step = int(rec.get("step", 0))
+            steps_seen.add(step)
+            for k, v in (rec.get("metrics") or {}).items():
+                s, vals = cols.setdefault(k, ([], []))
+                s.append(step)
+                vals.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan)
+        elif kind == "table":
+            t = Table(int(rec.get("step", 0)), str(rec.get("name", "table")), list(rec.get("rows") or []))
+            run.table_counts[t.name] = run.table_counts.get(t.name, 0) + 1
+            if t.name not in run.first_tables or t.step < run.first_tables[t.name].step:
+                run.first_tables[t.name] = t
+            if t.name not in run.last_tables or t.step >= run.last_tables[t.name].step:
+                run.last_tables[t.name] = t
+        elif kind == "run_start":
+            run.name = str(rec.get("name") or run.name)
+            run.config = rec.get("config") or {}
+        elif kind == "run_end":
+            run.status = rec.get("status")
+    if not cols and not run.last_tables:
+        raise ReportError(f"{path}: no metrics records; did the run log any step?")
+    for k, (s, v) in cols.items():
+        steps = np.asarray(s, dtype=np.int64)
+        vals = np.asarray(v, dtype=np.float64)
+        # the last value logged for a step wins (a resumed run re-logging a step)
+        rev_steps = steps[::-1]
+        uniq, first_rev = np.unique(rev_steps, return_index=True)
+        run.series[k] = (uniq, vals[::-1][first_rev])
+    run.n_steps = len(steps_seen)
+    return run

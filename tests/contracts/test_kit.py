@@ -1,0 +1,258 @@
+"""The kit itself: broken plugins fail the right checks, xfail_checks work, asserts are rewritten.
+
+Each case runs the contracts in an inner pytest session (pytester) and reads its per-test outcomes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+BROKEN = '''
+import json
+import numpy as np
+import pytest
+from rlhooks import hookimpl, Sampler, FilterDecision
+from rlhooks.testing import (HookPluginContract, BackendContract, ReadBack, FilterContract,
+                             RewardFunctionContract, SamplerContract)
+
+
+class Mutator:
+    @hookimpl
+    def on_rewards_computed(self, batch):
+        batch["reward"][:] = 0.0
+
+
+class TestMutator(HookPluginContract):
+    @pytest.fixture
+    def plugin(self):
+        return Mutator()
+
+
+class NestedMetrics:
+    @hookimpl
+    def on_batch_sampled(self, batch):
+        return {"sampler": {"count": len(batch)}}
+
+
+class TestNestedMetrics(HookPluginContract):
+    @pytest.fixture
+    def plugin(self):
+        return NestedMetrics()
+
+
+class EmptyCrash:
+    @hookimpl
+    def on_rewards_computed(self, batch):
+        return {"max": float(batch["reward"].max())}
+
+
+class TestEmptyCrash(HookPluginContract):
+    @pytest.fixture
+    def plugin(self):
+        return EmptyCrash()
+
+
+class TestEmptyCrashDeclared(HookPluginContract):
+    xfail_checks = {"test_on_rewards_computed_empty_batch": "max of no rows"}
+
+    @pytest.fixture
+    def plugin(self):
+        return EmptyCrash()
+
+
+class Undecorated:
+    @hookimpl
+    def on_step_end(self, step):
+        return None
+
+    def log_metrics(self, step, metrics):
+        pass
+
+
+class TestUndecorated(HookPluginContract):
+    @pytest.fixture
+    def plugin(self):
+        return Undecorated()
+
+
+class Misspelled:
+    @hookimpl
+    def on_reward_computed(self, batch):
+        pass
+
+
+class TestMisspelled(HookPluginContract):
+    @pytest.fixture
+    def plugin(self):
+        return Misspelled()
+
+
+class Buffered:
+    """Keeps metrics in memory and never writes them."""
+
+    def __init__(self):
+        self.rows = []
+
+    @hookimpl
+    def on_run_start(self, run):
+        self.path = run.run_dir / "m.jsonl"
+        self.path.write_text("")
+
+    @hookimpl
+    def log_metrics(self, step, metrics):
+        self.rows.append({"step": step, **{k: float(v) for k, v in metrics.items()}})
+
+    @hookimpl
+    def on_run_end(self):
+        pass
+
+
+class TestBuffered(BackendContract):
+    @pytest.fixture
+    def component(self):
+        return Buffered
+
+    def read_back(self, plugin, run_dir):
+        out = {}
+        for line in (run_dir / "m.jsonl").read_text().splitlines():
+            d = json.loads(line)
+            out.setdefault(d.pop("step"), {}).update(d)
+        return ReadBack(metrics=out)
+
+
+class NoPosition(Sampler):
+    """Saves its RNG seed but not its position in the epoch."""
+
+    def __init__(self, options, data, *, batch_size, seed=0):
+        super().__init__(options, data, batch_size=batch_size, seed=seed)
+        self.perm = np.random.default_rng(seed).permutation(len(data))
+
+    def __iter__(self):
+        return iter(self.perm.tolist())
+
+    def __len__(self):
+        return len(self.perm)
+
+    def state_dict(self):
+        return {"perm": self.perm}
+
+    def load_state_dict(self, state):
+        self.perm = state["perm"]
+
+
+class TestNoPosition(SamplerContract):
+    @pytest.fixture
+    def component(self):
+        return NoPosition
+
+
+class HalfGroups:
+    def select(self, batch):
+        keep = np.zeros(len(batch), bool)
+        keep[::2] = True
+        return FilterDecision(keep=keep)
+
+
+class TestHalfGroups(FilterContract):
+    @pytest.fixture
+    def component(self):
+        return HalfGroups
+
+
+def ratio(response, target):
+    return len(target) / len(response)
+
+
+class TestRatio(RewardFunctionContract):
+    @pytest.fixture
+    def component(self):
+        return ratio
+'''
+
+
+
+
+def _run(pytester: pytest.Pytester) -> tuple[dict[str, str], dict[str, str]]:
+    """Per-test outcome and failure text of the broken plugins' contracts (one inner session)."""
+    pytester.makepyfile(test_broken=BROKEN)
+    rec = pytester.inline_run("-p", "no:cacheprovider", "-p", "no:asyncio", "-q", "--tb=short")
+    out: dict[str, str] = {}
+    text: dict[str, str] = {}
+    for rep in rec.getreports("pytest_runtest_logreport"):
+        name = rep.nodeid.split("::", 1)[1]
+        if rep.when == "call" or rep.outcome != "passed":
+            if rep.outcome == "skipped" and hasattr(rep, "wasxfail"):
+                out[name] = "xfailed"
+            elif name not in out or out[name] == "passed":
+                out[name] = rep.outcome
+            text[name] = text.get(name, "") + str(rep.longrepr or "")
+    return out, text
+
+
+def test_broken_plugins_fail_the_right_checks(pytester: pytest.Pytester) -> None:
+    out, text = _run(pytester)
+    must_fail = [
+        "TestMutator::test_on_rewards_computed_does_not_mutate_batch",
+        "TestNestedMetrics::test_on_batch_sampled_returns_metrics_or_none",
+        "TestEmptyCrash::test_on_rewards_computed_empty_batch",
+        "TestUndecorated::test_hook_like_methods_are_registered",
+        "TestMisspelled::test_registers_on_plugin_manager",
+        "TestBuffered::test_backend_flushes_everything_on_run_end",
+        "TestBuffered::test_backend_flushes_on_failed_run",
+        "TestNoPosition::test_sampler_state_round_trip_mid_epoch",
+        "TestHalfGroups::test_filter_returns_group_consistent_mask",
+        "TestRatio::test_reward_odd_strings_are_finite_floats",
+    ]
+    wrong = {t: out.get(t, "not run") for t in must_fail if out.get(t) != "failed"}
+    assert not wrong, f"these checks should have failed: {wrong}"
+    # ... while the healthy checks of the same plugins pass
+    must_pass = [
+        "TestMutator::test_registers_on_plugin_manager",
+        "TestEmptyCrash::test_on_rewards_computed_single_row",
+        "TestNoPosition::test_sampler_state_round_trip_fresh",
+        "TestNoPosition::test_sampler_same_seed_same_indices",
+        "TestHalfGroups::test_filter_empty_batch",
+        "TestRatio::test_reward_typical_cases_are_finite_floats",
+        "TestEmptyCrashDeclared::test_on_rewards_computed_single_row",
+    ]
+    wrong = {t: out.get(t, "not run") for t in must_pass if out.get(t) != "passed"}
+    assert not wrong, f"these checks should have passed: {wrong}"
+
+    # declared expected failures are (strict) xfails
+    assert out["TestEmptyCrashDeclared::test_on_rewards_computed_empty_batch"] == "xfailed"
+
+    # messages say what and where
+    mutated = text["TestMutator::test_on_rewards_computed_does_not_mutate_batch"]
+    assert "mutated its batch" in mutated and "column 'reward' was written to" in mutated
+    assert "on_reward_computed" in text["TestMisspelled::test_registers_on_plugin_manager"]
+    assert "decorate it with @rlhooks.hookimpl" in text["TestUndecorated::test_hook_like_methods_are_registered"]
+    assert "kept only part of group" in text["TestHalfGroups::test_filter_returns_group_consistent_mask"]
+
+    # plain asserts in the kit report the compared values: assertion rewriting is on for it
+    report = text["TestNoPosition::test_sampler_state_round_trip_mid_epoch"]
+    assert "At index" in report or "Full diff" in report, report[-2000:]
+
+
+def test_unknown_xfail_check_name_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_typo='''
+import pytest
+from rlhooks import hookimpl
+from rlhooks.testing import HookPluginContract
+
+class P:
+    @hookimpl
+    def log_metrics(self, step, metrics):
+        pass
+
+class TestP(HookPluginContract):
+    xfail_checks = {"test_log_metric_returns_none": "typo"}
+
+    @pytest.fixture
+    def plugin(self):
+        return P()
+''')
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:asyncio")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*xfail_checks names 'test_log_metric_returns_none'*did you mean 'test_log_metrics_returns_none'*"])

@@ -1,0 +1,133 @@
+"""Every scoring rule of the four built-in reward functions, pinned."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlhooks.plugins.rewards.functions import (
+    BUILTIN_FUNCTIONS,
+    check_answer,
+    check_numbers,
+    extract_answer,
+    format_approx,
+    format_exact,
+)
+
+GOOD = "<reasoning>6 times 7</reasoning>\n<answer>42</answer>"
+
+
+def fmt(answer: str, reasoning: str = "think") -> str:
+    return f"<reasoning>{reasoning}</reasoning><answer>{answer}</answer>"
+
+
+@pytest.mark.parametrize(
+    ("response", "score"),
+    [
+        (GOOD, 3.0),
+        ("  \n" + GOOD + "\n\n", 3.0),  # surrounding whitespace allowed
+        ("<reasoning>a\nb</reasoning> some text\n<answer>x\ny</answer>", 3.0),  # newlines inside
+        ("<reasoning></reasoning><answer>42</answer>", 0.0),  # empty reasoning
+        ("<reasoning>x</reasoning><answer>  </answer>", 0.0),  # blank answer
+        ("Sure! " + GOOD, 0.0),  # text before
+        (GOOD + " done", 0.0),  # text after
+        ("<answer>42</answer><reasoning>x</reasoning>", 0.0),  # wrong order
+        ("<reasoning>x</reasoning><answer>1</answer><answer>2</answer>", 0.0),  # two answers
+        ("<reasoning>x<answer>42</answer>", 0.0),  # unclosed reasoning
+        ("", 0.0),
+    ],
+)
+def test_format_exact(response, score):
+    assert format_exact(response, "") == score
+
+
+@pytest.mark.parametrize(
+    ("response", "score"),
+    [
+        (GOOD, 2.5),  # all five checks
+        ("", -2.5),  # none
+        ("  " + GOOD, 2.5),  # starts with <reasoning> after whitespace
+        ("x" + GOOD, 1.5),  # not at the start: -0.5 instead of +0.5
+        ("<reasoning>a</reasoning><reasoning>b</reasoning><answer>1</answer>", 0.5),  # two of each reasoning tag
+        ("<reasoning>a</reasoning>", 0.5),  # no answer tags: 3 x 0.5 - 2 x 0.5
+        ("<answer>1</answer>", -0.5),  # 2 answer checks pass, 3 reasoning checks fail
+    ],
+)
+def test_format_approx(response, score):
+    assert format_approx(response, "") == score
+
+
+@pytest.mark.parametrize(
+    ("answer", "target", "score"),
+    [
+        ("42", "42", 3.0),  # exact
+        (" 42 ", "42", 1.5),  # normalized: trimmed
+        ("Paris.", "paris", 1.5),  # normalized: case and trailing period
+        ("New   York", "new york", 1.5),  # normalized: whitespace collapsed
+        ("44", "42", 0.5),  # |2| <= 4.2 (10%)
+        ("46.2", "42", 0.5),  # exactly 10% counts as within
+        ("48", "42", 0.25),  # |6| <= 8.4 (20%)
+        ("50.4", "42", 0.25),  # exactly 20%
+        ("51", "42", -1.0),  # beyond 20%
+        ("-44", "-42", 0.5),  # negative targets: relative to |target|
+        ("1,050", "1000", 0.5),  # thousands commas
+        ("$1000", "1000", 0.5),  # currency sign: numerically equal but not a string match
+        ("0.0", "0", 0.5),  # numerically equal to a zero target
+        ("0.1", "0", -1.0),  # any miss of a zero target is wrong
+        ("London", "Paris", -1.0),  # wrong, not numbers
+        ("42", "forty-two", -1.0),
+        ("nan", "5", -1.0),  # non-finite numbers never count as close
+    ],
+)
+def test_check_answer(answer, target, score):
+    assert check_answer(fmt(answer), target) == score
+
+
+def test_check_answer_without_a_formatted_answer_scores_zero():
+    assert check_answer("The answer is 42", "42") == 0.0
+    assert check_answer("<answer>42</answer>", "42") == 0.0  # format_exact rejects it too
+
+
+def test_check_answer_accepts_numeric_ground_truth():
+    assert check_answer(fmt("42"), 42) == 3.0
+    assert check_answer(fmt("0.5"), 0.5) == 3.0
+
+
+@pytest.mark.parametrize(
+    ("response", "target", "score"),
+    [
+        (fmt("42"), "42", 1.5),
+        (fmt("The result is 42 apples"), "42", 1.5),  # first number after <answer>
+        (fmt("42.0"), "42", 1.5),  # numerically equal
+        (fmt("1,234"), "1234", 1.5),
+        (fmt("-3.5"), "-3.5", 1.5),
+        (fmt("7 then 42"), "42", 0.0),  # only the first number counts
+        (fmt("none"), "42", 0.0),  # no number
+        ("<reasoning>42</reasoning> no answer tag", "42", 0.0),
+        ("<answer> 42", "42", 1.5),  # only needs the opening tag
+        (fmt("42"), "forty-two", 0.0),  # non-numeric target
+    ],
+)
+def test_check_numbers(response, target, score):
+    assert check_numbers(response, target) == score
+
+
+def test_ranges_are_declared_and_respected():
+    responses = [GOOD, "", "x", fmt("41"), fmt("abc"), "<answer>1</answer><answer>", fmt("1.1")]
+    for name, fn in BUILTIN_FUNCTIONS.items():
+        lo, hi = fn.reward_range
+        for r in responses:
+            for t in ("42", "1", "abc"):
+                assert lo <= fn(r, t) <= hi, (name, r, t)
+
+
+def test_extra_keyword_info_is_accepted():
+    assert format_exact(GOOD, "42", data_source="gsm8k", index=3) == 3.0
+
+
+def test_non_string_response_is_a_clear_type_error():
+    with pytest.raises(TypeError, match="response must be a string, got NoneType"):
+        format_exact(None, "42")
+
+
+def test_extract_answer():
+    assert extract_answer(GOOD) == "42" and extract_answer("no tags") is None

@@ -1,0 +1,168 @@
+"""The weighted combination of configured reward functions (core RewardPipeline) and the verl adapter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlhooks import ConfigError, RewardFunction, RunManager, load_config
+from rlhooks.core.errors import UnknownComponentError
+from rlhooks.core.rewards import RewardEntry, RewardPipeline
+from rlhooks.plugins.rewards import functions as F
+from rlhooks.plugins.rewards.verl_adapter import compute_score
+
+RESPONSES = [
+    "<reasoning>r</reasoning><answer>42</answer>",  # right, well formed
+    "<reasoning>r</reasoning><answer>44</answer>",  # within 10%
+    "the answer is 42",  # no format
+    "<reasoning>r</reasoning><answer>abc</answer>",  # wrong
+]
+TARGETS = ["42", "42", "42", "42"]
+
+
+def expected_total(weights: dict[str, float]) -> np.ndarray:
+    return np.array([sum(w * getattr(F, name)(r, t) for name, w in weights.items()) for r, t in zip(RESPONSES, TARGETS)])
+
+
+def test_weighted_combination_from_yaml(tmp_path):
+    cfg = load_config({
+        "run": {"out_dir": str(tmp_path)},
+        "rewards": [{"name": "check_answer", "weight": 2.0}, "format_exact", {"name": "format_approx", "weight": -0.5},
+                    "check_numbers"],
+    })
+    pipe = RunManager(cfg).rewards
+    assert pipe.names == ["check_answer", "format_exact", "format_approx", "check_numbers"]
+    res = pipe.score(RESPONSES, TARGETS)
+    weights = {"check_answer": 2.0, "format_exact": 1.0, "format_approx": -0.5, "check_numbers": 1.0}
+    np.testing.assert_allclose(res.total, expected_total(weights))
+    np.testing.assert_array_equal(res.components["check_answer"], [3.0, 0.5, 0.0, -1.0])
+    np.testing.assert_array_equal(res.components["format_exact"], [3.0, 3.0, 0.0, 3.0])
+    assert res.errors == {} and res.metrics() == {}
+
+
+def parse_int_reward(response: str, target: str, **info) -> float:
+    """A real user reward function that raises on responses that are not integers."""
+    return 1.0 if int(response) == int(target) else 0.0
+
+
+def test_a_function_raising_on_one_sample_is_isolated_and_counted():
+    pipe = RewardPipeline([
+        RewardEntry("parse_int", parse_int_reward, weight=2.0, error_score=-1.0),
+        RewardEntry("format_exact", F.format_exact),
+    ])
+    res = pipe.score(["3", "three", "4"], ["3", "3", "3"])
+    np.testing.assert_array_equal(res.components["parse_int"], [1.0, -1.0, 0.0])  # the bad row gets error_score
+    np.testing.assert_array_equal(res.total, [2.0, -2.0, 0.0])
+    assert res.errors == {"parse_int": 1}
+    assert res.metrics() == {"rewards/errors/parse_int": 1.0}
+
+
+def test_error_score_and_weight_come_from_config(tmp_path):
+    cfg = load_config({"run": {"out_dir": str(tmp_path)},
+                       "rewards": [{"name": "format_exact", "weight": 0.5, "error_score": -3}]})
+    entry = RunManager(cfg).rewards.entries[0]
+    assert (entry.weight, entry.error_score) == (0.5, -3.0)
+    res = RunManager(cfg).rewards.score([RESPONSES[0], None], ["42", "42"])  # None raises TypeError in the function
+    assert res.components["format_exact"].tolist() == [3.0, -3.0] and res.errors == {"format_exact": 1}
+
+
+def test_unknown_reward_function_name_is_a_config_error_with_did_you_mean():
+    with pytest.raises(ConfigError) as e:
+        load_config({"rewards": ["format_exakt"]})
+    msg = str(e.value)
+    assert "rewards[0] (format_exakt)" in msg and "Did you mean 'format_exact'" in msg
+
+
+@pytest.mark.parametrize(("options", "needle"), [
+    ({"weight": "heavy"}, "rewards[0].weight (check_answer): expected a number"),
+    ({"scale": 2}, "option 'scale' is not known"),
+])
+def test_bad_reward_options(options, needle):
+    with pytest.raises(ConfigError) as e:
+        load_config({"rewards": [{"name": "check_answer", **options}]})
+    assert needle in str(e.value)
+
+
+# -- verl adapter ----------------------------------------------------------------------------
+
+
+def test_compute_score_defaults_to_all_four_with_weight_one():
+    r = RESPONSES[0]
+    out = compute_score("gsm8k", r, "42", {"index": 0})
+    comps = {name: fn(r, "42") for name, fn in F.BUILTIN_FUNCTIONS.items()}
+    assert out == {"score": sum(comps.values()), **comps, "acc": 1.0, "reward_errors": 0.0}
+    assert out["score"] == 3.0 + 2.5 + 3.0 + 1.5
+
+
+def test_compute_score_selects_functions_and_weights_through_kwargs():
+    r = RESPONSES[1]
+    out = compute_score("gsm8k", r, 42, None, functions="check_answer, format_exact",
+                        weights={"check_answer": 2.0})
+    assert set(out) == {"score", "check_answer", "format_exact", "acc", "reward_errors"}
+    assert out["score"] == 2.0 * 0.5 + 3.0 and out["acc"] == 0.0  # within 10% is not correct
+    out = compute_score("gsm8k", r, "42", functions=["format_approx"], weights=[3.0])
+    assert out["score"] == 7.5
+
+
+def test_compute_score_isolates_a_raising_function():
+    out = compute_score("gsm8k", None, "42", functions=["format_exact", "check_numbers"], error_score=-2.0)
+    assert out == {"score": -4.0, "format_exact": -2.0, "check_numbers": -2.0, "acc": 0.0, "reward_errors": 2.0}
+
+
+def test_compute_score_bad_kwargs():
+    with pytest.raises(ValueError, match="weights for"):
+        compute_score("s", "x", "1", functions=["format_exact"], weights={"check_answer": 1.0})
+    with pytest.raises(ValueError, match="2 weights for 1 functions"):
+        compute_score("s", "x", "1", functions=["format_exact"], weights=[1.0, 2.0])
+    with pytest.raises(UnknownComponentError, match="Did you mean 'check_answer'"):
+        compute_score("s", "x", "1", functions=["check_answr"])
+    with pytest.raises(ValueError, match="observer plugin"):
+        compute_score("s", "x", "1", functions=["source_metrics"])
+
+
+def test_adapter_module_does_not_import_verl():
+    import ast
+    import inspect
+
+    from rlhooks.plugins.rewards import verl_adapter
+
+    tree = ast.parse(inspect.getsource(verl_adapter))
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert "verl" not in imported
+
+
+@pytest.mark.verl
+@pytest.mark.slow  # importing verl takes several seconds
+def test_adapter_works_through_verls_loader(tmp_path):
+    """verl loads custom_reward_function by file path; do that with verl's own helper when installed."""
+    pytest.importorskip("verl")
+    from omegaconf import OmegaConf
+
+    from rlhooks.plugins.rewards import verl_adapter
+    try:
+        from verl.trainer.ppo.reward import get_custom_reward_fn
+    except ImportError:
+        pytest.skip("verl.trainer.ppo.reward.get_custom_reward_fn not available in this verl")
+    cfg = OmegaConf.create({"reward": {"custom_reward_function": {
+        "path": verl_adapter.__file__, "name": "compute_score",
+        "reward_kwargs": {"functions": ["check_answer"], "weights": [2.0]}}}})
+    fn = get_custom_reward_fn(cfg)
+    assert fn is not None
+    out = fn(data_source="gsm8k", solution_str=RESPONSES[0], ground_truth="42", extra_info={})
+    assert out["score"] == 6.0 and out["check_answer"] == 3.0
+
+
+class HalfBatchScorer(RewardFunction):
+    """A real RewardFunction whose fast path is buggy (returns too few values)."""
+
+    def __call__(self, response, target, **info):
+        return float(len(response))
+
+    def score_batch(self, responses, targets):
+        return np.zeros(len(responses) // 2)
+
+
+def test_wrong_length_score_batch_falls_back_to_per_row_scores():
+    res = RewardPipeline([RewardEntry("half", HalfBatchScorer())]).score(["a", "bb", "ccc", "dddd"], ["", "", "", ""])
+    assert res.components["half"].tolist() == [1.0, 2.0, 3.0, 4.0] and res.errors == {}

@@ -1,0 +1,64 @@
+"""The three samplers pass rlhooks' own contract-test kit (as a third-party sampler would)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlhooks.plugins.samplers.curriculum import RewardCurriculumSampler, TimeCurriculumSampler
+from rlhooks.plugins.samplers.multi_source import MultiSourceSampler
+from rlhooks.testing import SamplerContract
+from rlhooks.testing.factories import make_dataset
+
+ADAPTIVE = {"adaptive_weights": True, "update_frequency": 1, "temperature": 0.5}
+# the kit's default dataset has sources gsm8k, math, code; "code" is the curriculum source
+CURRICULUM = "code"
+
+
+class _CurriculumData:
+    @pytest.fixture
+    def single_source_data(self):
+        """The kit's single-source check: the one source must be the curriculum source."""
+        return make_dataset(30, sources=(CURRICULUM,), seed=1)
+
+
+class TestMultiSourceContract(SamplerContract):
+    @pytest.fixture
+    def component(self):
+        return MultiSourceSampler
+
+    @pytest.fixture
+    def component_options(self):
+        return dict(ADAPTIVE)
+
+    @pytest.fixture
+    def entry_point_name(self):
+        return "multi_source"
+
+
+class TestTimeCurriculumContract(_CurriculumData, SamplerContract):
+    @pytest.fixture
+    def component(self):
+        return TimeCurriculumSampler
+
+    @pytest.fixture
+    def component_options(self):
+        return {**ADAPTIVE, "complexity_source": CURRICULUM, "complexity_warmup_steps": 3}
+
+    @pytest.fixture
+    def entry_point_name(self):
+        return "time_curriculum"
+
+
+class TestRewardCurriculumContract(_CurriculumData, SamplerContract):
+    @pytest.fixture
+    def component(self):
+        return RewardCurriculumSampler
+
+    @pytest.fixture
+    def component_options(self):
+        return {**ADAPTIVE, "complexity_source": CURRICULUM, "reward_threshold": 0.2, "min_batches_per_level": 1,
+                "check_frequency": 1, "focus_new_intervals": True}
+
+    @pytest.fixture
+    def entry_point_name(self):
+        return "RewardCurriculumSampler"

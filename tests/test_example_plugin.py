@@ -1,0 +1,173 @@
+"""The example third-party plugin package, pip-installed for real into this environment.
+
+The session fixture installs examples/rlhooks-example-plugin (non-editable, no deps, no build
+isolation: setuptools comes from the venv) and uninstalls it at the end. Then: its entry points
+are visible, a YAML config enabling it by name runs it (its CSV file is read back), the CLI
+lists it, and its own contract tests pass in a pytest subprocess (which needs rlhooks' pytest11
+plugin to load).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rlhooks
+from rlhooks import Batch, RunManager, StepDriver, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "examples" / "rlhooks-example-plugin"
+DIST = "rlhooks-example-plugin"
+BIN = Path(sys.executable).parent
+
+
+def _pip(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pip", *args, "--disable-pip-version-check", "-q"],
+        capture_output=True, text=True, timeout=180,
+    )
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[md.Distribution]:
+    pytest.importorskip("setuptools", reason="the example package builds with the venv's setuptools")
+    was_installed = _installed_version() is not None
+    # Build from a copy so no build/ or egg-info lands in the checkout.
+    src = tmp_path_factory.mktemp("example-src") / PACKAGE.name
+    import shutil
+
+    shutil.copytree(PACKAGE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".pytest_cache"))
+    res = _pip("install", "--no-deps", "--no-build-isolation", "--force-reinstall", str(src))
+    assert res.returncode == 0, f"pip install of the example plugin failed:\n{res.stdout}\n{res.stderr}"
+    importlib.invalidate_caches()  # the new package directory must be seen by this process
+    try:
+        yield md.distribution(DIST)
+    finally:
+        if not was_installed:
+            res = _pip("uninstall", "-y", DIST)
+            assert res.returncode == 0, f"pip uninstall of the example plugin failed:\n{res.stderr}"
+            importlib.invalidate_caches()
+
+
+def _installed_version() -> str | None:
+    try:
+        return md.version(DIST)
+    except md.PackageNotFoundError:
+        return None
+
+
+def test_entry_points_are_visible(installed: md.Distribution) -> None:
+    eps = {(ep.group, ep.name): ep.value for ep in installed.entry_points}
+    assert eps[("rlhooks.backends", "csv")] == "rlhooks_example.csv_backend:CsvBackend"
+    assert eps[("rlhooks.rewards", "length_penalty")] == "rlhooks_example.rewards:LengthPenalty"
+    # installed for real: the module comes from site-packages, not from the checkout
+    mod = importlib.import_module("rlhooks_example")
+    assert "site-packages" in str(mod.__file__) and str(PACKAGE) not in str(mod.__file__)
+    reg = rlhooks.Registry()
+    info = reg.info("backend", "csv")
+    assert (info.dist, info.version) == (DIST, "0.1.0")
+
+
+class _TextRollout:
+    """A tiny engine: prompts with targets, responses of growing length, scored by the run's rewards."""
+
+    def __init__(self, manager: RunManager, n: int) -> None:
+        self.m, self.n, self.drawn = manager, n, 0
+
+    def sample(self, step: int) -> tuple[None, Batch]:
+        k = self.m.config.run.effective_gen_batch_size
+        idx = np.arange(self.drawn, self.drawn + k)
+        self.drawn += k
+        return None, Batch({"index": idx, "data_source": np.asarray(["toy"] * k, dtype=object)})
+
+    def generate(self, step: int, payload: None) -> tuple[None, Batch]:
+        k = self.m.config.run.effective_gen_batch_size
+        rows = k * self.n
+        responses = np.asarray(["x" * (5 * i) for i in range(rows)], dtype=object)
+        targets = np.asarray(["42"] * rows, dtype=object)
+        scored = self.m.rewards.score(list(responses), list(targets))
+        uid = np.repeat(np.arange(k), self.n).astype(str).astype(object)
+        cols = {"uid": uid, "index": np.repeat(np.arange(k), self.n), "data_source": np.asarray(["toy"] * rows, object),
+                "reward": scored.total, **{f"reward_fn/{k_}": v for k_, v in scored.components.items()}}
+        return None, Batch(cols, meta={"reward_functions": list(scored.components)})
+
+    def select(self, payload: None, rows: np.ndarray) -> None:
+        return None
+
+    def concat(self, payloads: list[None]) -> None:
+        return None
+
+
+def test_enabled_by_name_from_yaml_runs(installed: md.Distribution, tmp_path: Path) -> None:
+    cfg_file = tmp_path / "run.yaml"
+    cfg_file.write_text(
+        "run: {name: example, steps: 2, train_batch_size: 2, n: 3, seed: 0, out_dir: " + str(tmp_path / "runs") + "}\n"
+        "rewards:\n"
+        "  - {name: length_penalty, max_chars: 10, weight: 2.0}\n"
+        "backends:\n"
+        "  - {name: csv, path: out/metrics.csv, flush_every: 1}\n"
+    )
+    config = load_config(cfg_file)
+    (csv_cfg,) = config.backends
+    assert csv_cfg.distribution == f"{DIST} 0.1.0" and csv_cfg.options.path == "out/metrics.csv"
+    manager = RunManager(config)
+    driver = StepDriver(manager)
+    rollout = _TextRollout(manager, config.run.n)
+    logged = {}
+    with manager.running():
+        for step in (1, 2):
+            collected = driver.collect(step, rollout)
+            rewards = collected.batch["reward_fn/length_penalty"]
+            logged[step] = driver.finish_step(step, collected.batch, {"reward/mean": float(rewards.mean())})
+    from rlhooks_example.csv_backend import read_metrics
+
+    written = read_metrics(manager.run_dir / "out" / "metrics.csv")
+    assert set(written) == {1, 2}
+    for step in (1, 2):
+        assert written[step]["reward/mean"] == pytest.approx(logged[step]["reward/mean"])
+    # responses of 0, 5, 10 chars score 1.0; 15 -> 0.5; 20+ -> 0.0 (max_chars=10)
+    assert written[1]["reward/mean"] == pytest.approx(np.mean([1, 1, 1, 0.5, 0, 0]))
+
+
+def test_config_check_cli_accepts_it(installed: md.Distribution, tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("backends: [{name: csv, flush_every: 3}]\nrewards: [length_penalty]\n")
+    res = subprocess.run([str(BIN / "rlhooks"), "config", "check", str(cfg)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "csv" in res.stdout and "flush_every: 3" in res.stdout and "max_chars: 2000" in res.stdout
+    cfg.write_text("backends: [{name: csv, flush_evry: 3}]\n")
+    res = subprocess.run([str(BIN / "rlhooks"), "config", "check", str(cfg)], capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0 and "backends[0] (csv): option 'flush_evry' is not known; did you mean 'flush_every'?" in res.stderr
+
+
+def test_plugins_list_shows_it(installed: md.Distribution) -> None:
+    res = subprocess.run([str(BIN / "rlhooks"), "plugins", "list", "--json"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    rows = {(r["kind"], r["name"]): r for r in json.loads(res.stdout)}
+    csv_row = rows[("backend", "csv")]
+    assert (csv_row["distribution"], csv_row["version"], csv_row["status"]) == (DIST, "0.1.0", "ok")
+    assert {"on_run_start", "log_metrics", "on_run_end"} <= set(csv_row["hooks"])
+    assert rows[("reward", "length_penalty")]["distribution"] == DIST
+
+
+def test_its_own_contract_tests_pass(installed: md.Distribution, tmp_path: Path) -> None:
+    """Its tests subclass the kit's contracts and use the rlhooks_run_factory fixture: pytest11 must load."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "bt"),
+         str(PACKAGE / "tests")],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
+    )
+    # a failure here that says "fixture 'rlhooks_run_factory' not found" means pytest11 did not load
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert " passed" in res.stdout and "failed" not in res.stdout and "error" not in res.stdout.lower()

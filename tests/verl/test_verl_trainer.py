@@ -1,0 +1,162 @@
+"""The shim's fit loop end to end on CPU with real verl objects (see verl_shim_helpers for the stand-ins)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="needs verl[verl-core]")
+
+from omegaconf import OmegaConf, open_dict  # noqa: E402
+from verl_shim_helpers import CPUTrainer, Recorder, StepSampler, make_tokenizer, write_dataset  # noqa: E402
+
+from rlhooks.engines.verl.main import compose_verl_config  # noqa: E402
+from verl.trainer.ppo.utils import Role  # noqa: E402
+from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn  # noqa: E402
+
+pytestmark = pytest.mark.verl
+
+N, TRAIN_BS, GEN_BS = 4, 4, 4
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return make_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory) -> Path:
+    return write_dataset(tmp_path_factory.mktemp("data") / "train.parquet", rows=60)
+
+
+def verl_config(data_file: Path, out: Path, steps: int, rlhooks: dict, *extra: str):
+    cfg = compose_verl_config([
+        f"data.train_files={data_file}", f"data.val_files={data_file}",
+        f"data.train_batch_size={TRAIN_BS}", f"data.gen_batch_size={GEN_BS}", "data.dataloader_num_workers=0",
+        "data.filter_overlong_prompts=false", "data.shuffle=false", "data.seed=7",
+        f"actor_rollout_ref.rollout.n={N}", "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.actor.use_kl_loss=false", "algorithm.use_kl_in_reward=false",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "trainer.logger=[console]", "trainer.val_before_train=false", "trainer.test_freq=-1",
+        f"trainer.total_training_steps={steps}", "trainer.total_epochs=3", "trainer.save_freq=2",
+        f"trainer.default_local_dir={out / 'ckpt'}", "trainer.use_v1=false", "trainer.device=cpu",
+        "trainer.balance_batch=true", "trainer.experiment_name=shim-test", *extra,
+    ])
+    with open_dict(cfg):
+        cfg.rlhooks = OmegaConf.create({"run": {"out_dir": str(out / "runs")}, **rlhooks})
+    return cfg
+
+
+def make_trainer(cfg, tokenizer, recorder):
+    dataset = RLHFDataset(data_files=cfg.data.train_files, tokenizer=tokenizer, config=cfg.data)
+    trainer = CPUTrainer(
+        config=cfg, tokenizer=tokenizer, role_worker_mapping={Role.ActorRollout: object},
+        resource_pool_manager=None, train_dataset=dataset, val_dataset=dataset, collate_fn=collate_fn,
+        rlhooks_plugins=[("recorder", recorder)],
+    )
+    return trainer.attach_standins()
+
+
+DAPO = {"filters": [{"name": "dapo", "metric": "acc"}]}
+# verl-style sampler in the verl config itself (the removed curriculum format), mapped to rlhooks
+LEGACY_SAMPLER = ("+data.sampler.class_name=StepSampler", "+data.sampler.class_path=pkg://verl_shim_helpers")
+
+
+def test_fit_runs_hooks_in_order_with_dapo_accumulation(tmp_path, data_file, tokenizer, capsys):
+    rec = Recorder()
+    cfg = verl_config(data_file, tmp_path, 3, DAPO)
+    trainer = make_trainer(cfg, tokenizer, rec)
+    trainer.fit()
+
+    # hook order: run start, then per step (sampled, rewards)+ ... step end, log_metrics; run end
+    names = [e[0] for e in rec.events]
+    assert names[0] == "on_run_start" and names[-1] == "on_run_end" and rec.events[-1][1] == "success"
+    for step in (1, 2, 3):
+        seq = [e[0] for e in rec.events if len(e) > 1 and e[1] == step]
+        gens = len([s for s in seq if s == "on_batch_sampled"])
+        assert seq == ["on_batch_sampled", "on_rewards_computed"] * gens + ["on_step_end", "log_metrics"]
+        logged = rec.logged[step]
+        assert logged["train/num_gen_batches"] == gens
+        generation_numbers = [e[2] for e in rec.of("on_batch_sampled") if e[1] == step]
+        assert generation_numbers == list(range(1, gens + 1))
+    # only 'mixed' prompts have reward variance, so a step needs several generation batches
+    assert max(rec.logged[s]["train/num_gen_batches"] for s in (1, 2, 3)) >= 2
+
+    # prompts: dataset rows (not extra_info.index) with their sources and decoded prompt text
+    sampled = rec.of("on_batch_sampled")
+    first = sampled[0]
+    assert first[3] == [0, 1, 2, 3]  # shuffle=false: SequentialSampler rows
+    assert first[4] == ["easy", "hard", "mixed", "easy"]
+    assert first[5][0] == "easy what is 0 plus 1"
+    # rewards hook: one row per trajectory, text not decoded unless asked
+    rewards = rec.of("on_rewards_computed")
+    assert all(e[3] == GEN_BS * N for e in rewards)
+    assert "response" not in rewards[0][4] and "prompt" not in rewards[0][4]
+
+    # trimmed exactly to train_batch_size groups of n, all with reward variance; GRPO advantages
+    for e in rec.of("on_step_end"):
+        _, step, rows, adv, uid, acc, metrics = e
+        assert rows == TRAIN_BS * N
+        # verl's balance_batch reorders rows for the data-parallel ranks: regroup by uid
+        order = np.argsort(uid, kind="stable")
+        keys, counts = np.unique(uid, return_counts=True)
+        assert len(keys) == TRAIN_BS and (counts == N).all()
+        acc_g, adv_g = acc[order].reshape(TRAIN_BS, N), adv[order].reshape(TRAIN_BS, N)
+        assert (acc_g.std(axis=1) > 0).all()
+        # verl's GRPO: (r - mean) / (std_unbiased + eps)
+        expected = (acc_g - acc_g.mean(1, keepdims=True)) / (acc_g.std(1, ddof=1, keepdims=True) + 1e-6)
+        np.testing.assert_allclose(adv_g, expected, rtol=1e-5, atol=1e-5)
+        assert "actor/pg_loss" in metrics and "timing_s/gen" in metrics  # engine metrics seen by on_step_end
+    assert [len(b) for b in trainer.trained] == [TRAIN_BS * N] * 3
+    for b in trainer.trained:
+        assert b.batch["token_level_scores"].shape == b.batch["advantages"].shape
+
+    # per-source metrics and hook metrics reach both the rlhooks backend and verl's console logger
+    out = capsys.readouterr().out
+    for step in (1, 2, 3):
+        logged = rec.logged[step]
+        assert logged["source/mixed/reward"] == pytest.approx(0.5)
+        assert logged["source/easy/reward"] == 1.0 and logged["source/hard/reward"] == 0.0
+        assert logged["test/trained_rows"] == TRAIN_BS * N
+        assert logged["filter/trained_groups"] == TRAIN_BS
+        line = next(ln for ln in out.splitlines() if ln.startswith(f"step:{step} - "))
+        for key in ("source/mixed/reward", "train/num_gen_batches", "test/trained_rows", "critic/score/mean"):
+            m = re.search(rf"{re.escape(key)}:([-0-9.e]+)", line)
+            assert m is not None, f"{key} missing from verl's console line for step {step}"
+            assert float(m.group(1)) == pytest.approx(logged[key], rel=1e-3)
+    # verl's own data metrics are computed on the trained (filtered) batch: mixed groups only
+    assert rec.logged[1]["critic/score/mean"] == pytest.approx(0.5)
+
+
+def test_resume_restores_sampler_state_and_continues_the_curriculum(tmp_path, data_file, tokenizer):
+    def drawn(rec, steps):
+        return [e[3] for e in rec.of("on_batch_sampled") if e[1] in steps]
+
+    full = Recorder()
+    t_full = make_trainer(verl_config(data_file, tmp_path / "full", 4, DAPO, *LEGACY_SAMPLER), tokenizer, full)
+    t_full.fit()
+
+    first = Recorder()
+    t1 = make_trainer(verl_config(data_file, tmp_path / "resumed", 2, DAPO, *LEGACY_SAMPLER), tokenizer, first)
+    assert isinstance(t1.rl.sampler, StepSampler) and t1.train_dataloader.sampler is t1.rl.sampler
+    t1.fit()
+    ckpt = tmp_path / "resumed" / "ckpt" / "global_step_2"
+    assert (ckpt / "data.pt").exists() and (ckpt / "rlhooks.pt").exists()
+    state_at_2 = t1.rl.sampler.state_dict()
+
+    second = Recorder()
+    t2 = make_trainer(verl_config(data_file, tmp_path / "resumed", 4, DAPO, *LEGACY_SAMPLER), tokenizer, second)
+    t2.fit()
+    assert t2.actor_rollout_wg.loaded == ["2"]  # verl's own _load_checkpoint ran
+    steps_run = sorted({e[1] for e in second.of("on_step_end")})
+    assert steps_run == [3, 4]
+    # the resumed run draws exactly what the uninterrupted run drew at steps 3 and 4 ...
+    assert drawn(second, {3, 4}) == drawn(full, {3, 4})
+    # ... because the sampler's state (position and reward statistics) came back
+    rows_before = state_at_2["reward_rows"]
+    assert second.logged[3]["sampler/reward_rows"] == full.logged[3]["sampler/reward_rows"]
+    assert second.logged[3]["sampler/reward_rows"] > rows_before > 0
+    assert t2.rl.sampler.state_dict() == t_full.rl.sampler.state_dict()

@@ -1,0 +1,229 @@
+"""Local stand-ins and fixtures for the verl shim tests (CPU, no Ray, no model).
+
+Only the calls that need GPUs and a model are replaced: the rollout manager's
+``generate_sequences``, the actor's log-prob and update calls, the worker group's checkpoint
+save/load and the weight sync. Everything else is verl's own code: DataProto, RLHFDataset,
+StatefulDataLoader, compute_advantage (GRPO), Tracking (console), _balance_batch, checkpoints.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+import rlhooks
+from rlhooks import Sampler
+from rlhooks.engines.verl.trainer import RLHooksRayPPOTrainer
+from verl import DataProto
+
+SOURCES = ("easy", "hard", "mixed")  # easy: all right, hard: all wrong, mixed: half right
+WORDS = ["<pad>", "<eos>", "<unk>", "what", "is", "plus", "the", "answer", "easy", "hard", "mixed",
+         *[str(i) for i in range(40)]]
+PROMPT_LEN, RESPONSE_LEN = 8, 6
+
+
+def make_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+
+
+def write_dataset(path: Path, rows: int) -> Path:
+    """A parquet file in verl's RL format; data_source cycles easy, hard, mixed."""
+    src = [SOURCES[i % 3] for i in range(rows)]
+    table = pa.table({
+        "data_source": src,
+        "prompt": [[{"role": "user", "content": f"{s} what is {i % 20} plus 1"}] for i, s in enumerate(src)],
+        "ability": ["math"] * rows,
+        "reward_model": [{"style": "rule", "ground_truth": str(i % 20 + 1)} for i in range(rows)],
+        "extra_info": [{"index": 1000 + i, "complexity_score": float(i % 3)} for i in range(rows)],
+    })
+    pq.write_table(table, path)
+    return path
+
+
+class StandinRollout:
+    """async_rollout_manager.generate_sequences: right answers by source, rm_scores like the reward loop."""
+
+    def __init__(self, tokenizer):
+        self.tok = tokenizer
+        self.calls = 0
+
+    def generate_sequences(self, gen: DataProto) -> DataProto:
+        self.calls += 1
+        b = len(gen)
+        pad = self.tok.pad_token_id
+        prompts = torch.full((b, PROMPT_LEN), pad, dtype=torch.long)
+        responses = torch.full((b, RESPONSE_LEN), pad, dtype=torch.long)
+        acc = np.zeros(b)
+        for i in range(b):
+            text = gen.non_tensor_batch["raw_prompt"][i][0]["content"]
+            ids = self.tok(text)["input_ids"][-PROMPT_LEN:]
+            prompts[i, PROMPT_LEN - len(ids):] = torch.tensor(ids)  # left padded, as verl's rollout
+            source = gen.non_tensor_batch["data_source"][i]
+            truth = gen.non_tensor_batch["reward_model"][i]["ground_truth"]
+            right = source == "easy" or (source == "mixed" and i % 2 == 0)
+            answer = truth if right else "0"
+            words = ["the", "answer", "is", answer] if i % 2 == 0 else ["answer", answer]  # ragged lengths
+            r = self.tok(" ".join(words))["input_ids"][:RESPONSE_LEN]
+            responses[i, : len(r)] = torch.tensor(r)
+            acc[i] = float(right)
+        prompt_mask = (prompts != pad).long()
+        response_mask = (responses != pad).long()
+        attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
+        position_ids = torch.clamp(torch.cumsum(attention_mask, dim=1) - 1, min=0)
+        rm_scores = torch.zeros(b, RESPONSE_LEN)
+        last = response_mask.sum(-1) - 1
+        rm_scores[torch.arange(b), last] = torch.as_tensor(acc, dtype=torch.float32)
+        return DataProto.from_dict(
+            tensors={"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], 1),
+                     "attention_mask": attention_mask, "position_ids": position_ids, "rm_scores": rm_scores},
+            non_tensors={"acc": acc, "multi_modal_inputs": np.array([{} for _ in range(b)], dtype=object)},
+            meta_info={"timing": {"agent_loop/generate_sequences/mean": 0.01}, "reward_extra_keys": ["acc"]},
+        )
+
+
+class StandinWeights:
+    """checkpoint_manager: weight sync between trainer and rollout replicas."""
+
+    def __init__(self):
+        self.updates: list[int] = []
+
+    def update_weights(self, step: int) -> None:
+        self.updates.append(step)
+
+    def sleep_replicas(self) -> None:
+        pass
+
+
+class StandinWorkerGroup:
+    """actor_rollout_wg: saves and loads a marker file where the actor checkpoint would go."""
+
+    def __init__(self):
+        self._dispatch_info = {"actor": [0]}  # one data-parallel rank, for verl's _balance_batch
+        self.loaded: list[str] = []
+
+    def save_checkpoint(self, local_path, remote_path, global_step, max_ckpt_to_keep=None):
+        os.makedirs(local_path, exist_ok=True)
+        Path(local_path, "actor.txt").write_text(str(global_step))
+
+    def load_checkpoint(self, path, del_local_after_load=False):
+        self.loaded.append(Path(path, "actor.txt").read_text())
+
+
+class StandinPools:
+    def get_n_gpus(self) -> int:
+        return 1
+
+
+class CPUTrainer(RLHooksRayPPOTrainer):
+    """The shim with the GPU calls (log-probs, actor update) answered locally."""
+
+    def attach_standins(self) -> CPUTrainer:
+        self.async_rollout_manager = StandinRollout(self.tokenizer)
+        self.checkpoint_manager = StandinWeights()
+        self.actor_rollout_wg = StandinWorkerGroup()
+        self.resource_pool_manager = StandinPools()
+        self.trained: list[DataProto] = []
+        return self
+
+    def _compute_old_log_prob(self, batch: DataProto):
+        shape = batch.batch["responses"].shape
+        out = DataProto.from_single_dict({"old_log_probs": torch.full(shape, -1.0), "entropys": torch.full(shape, 0.5)})
+        return out, 0.0
+
+    def _update_actor(self, batch: DataProto) -> DataProto:
+        self.trained.append(batch)
+        adv = batch.batch["advantages"]
+        return DataProto.from_single_dict(
+            data={}, meta_info={"metrics": {"actor/pg_loss": float(adv.abs().mean()), "perf/mfu/actor": 0.0}}
+        )
+
+
+class StepSampler(Sampler):
+    """A deterministic, resumable, reward-aware test sampler (epoch permutations from the seed).
+
+    State: the epoch, the position inside it and the rewards seen so far, so a resumed run
+    draws exactly what the uninterrupted run draws.
+    """
+
+    def __init__(self, options, data, *, batch_size, seed=0):
+        super().__init__(options, data, batch_size=batch_size, seed=seed)
+        self.epoch, self.pos, self.reward_sum, self.reward_rows = 0, 0, 0.0, 0
+
+    def _order(self) -> np.ndarray:
+        return np.random.default_rng([self.seed, self.epoch]).permutation(len(self.data))
+
+    def __iter__(self) -> Iterator[int]:
+        order = self._order()
+        while self.pos < len(order):
+            self.pos += 1
+            yield int(order[self.pos - 1])
+        self.epoch, self.pos = self.epoch + 1, 0
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    @rlhooks.hookimpl
+    def on_rewards_computed(self, batch):
+        self.reward_sum += float(batch["reward"].sum())
+        self.reward_rows += len(batch)
+        return {"sampler/reward_rows": self.reward_rows}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "pos": self.pos, "reward_sum": self.reward_sum, "reward_rows": self.reward_rows}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.epoch, self.pos = int(state["epoch"]), int(state["pos"])
+        self.reward_sum, self.reward_rows = float(state["reward_sum"]), int(state["reward_rows"])
+
+
+class Recorder:
+    """Records every hook call with its arguments; returns per-source metrics like a plugin would."""
+
+    def __init__(self):
+        self.events: list[tuple] = []
+        self.logged: dict[int, dict[str, float]] = {}
+
+    @rlhooks.hookimpl
+    def on_run_start(self, run):
+        self.events.append(("on_run_start",))
+
+    @rlhooks.hookimpl
+    def on_batch_sampled(self, step, batch):
+        self.events.append(("on_batch_sampled", step, batch.meta["generation"], batch["index"].tolist(),
+                            batch["data_source"].tolist(), batch["prompt"].tolist()))
+
+    @rlhooks.hookimpl
+    def on_rewards_computed(self, step, batch):
+        self.events.append(("on_rewards_computed", step, batch.meta["generation"], len(batch), batch.materialized))
+        src = batch["data_source"].astype(str)
+        return {f"source/{s}/reward": float(batch["reward"][src == s].mean()) for s in np.unique(src)}
+
+    @rlhooks.hookimpl
+    def on_step_end(self, step, batch, metrics):
+        self.events.append(("on_step_end", step, len(batch), batch["advantage"].copy(), batch["uid"].copy(),
+                            batch["acc"].copy(), dict(metrics)))
+        return {"test/trained_rows": len(batch)}
+
+    @rlhooks.hookimpl
+    def log_metrics(self, step, metrics):
+        self.events.append(("log_metrics", step))
+        self.logged[step] = dict(metrics)
+
+    @rlhooks.hookimpl
+    def on_run_end(self, status):
+        self.events.append(("on_run_end", status))
+
+    def of(self, name: str) -> list[tuple]:
+        return [e for e in self.events if e[0] == name]
