@@ -41,11 +41,48 @@ def dispatch_case(tmp: str, quick: bool) -> Result:
                   target="µs per call", note="ratio <1x = cost of per-plugin isolation")
 
 
+def full_step_case(tmp: str, quick: bool) -> Result:
+    """Every hook of one step with every built-in observer/steering plugin on, no backend I/O:
+    on_batch_sampled, on_rewards_computed, the DAPO filter, on_step_end, log_metrics, the tables."""
+    from rlhooks import StepDriver
+    from rlhooks.testing.factories import make_dataset, make_prompt_batch, make_trajectory_batch
+
+    prompts, n = (128, 8) if quick else (512, 8)
+    cfg = load_config({
+        "run": {"out_dir": tmp, "train_batch_size": prompts, "n": n},
+        "sampler": {"name": "multi_source", "adaptive_weights": True, "update_frequency": 1},
+        "filters": ["dapo"],
+        "rewards": ["source_metrics", {"name": "reward_monitor", "log_distributions": True}],
+        "samples": ["top_bottom_k", "random_samples", "per_source_samples"],
+    })
+    m = RunManager(cfg)
+    data = make_dataset(50_000)
+    m.build_sampler(data, batch_size=prompts)
+    driver = StepDriver(m)
+    pb = make_prompt_batch(prompts, dataset=data)
+    tb = make_trajectory_batch(group_size=n, prompts=pb, advantage=True)
+    m.start()
+    step = [0]
+
+    def one_step():
+        step[0] += 1
+        s = step[0]
+        metrics = dict(m.batch_sampled(s, pb))
+        metrics.update(m.rewards_computed(s, tb))
+        keep, _ = m.apply_filters(tb)
+        driver.finish_step(s, tb.select(keep), metrics)
+
+    t = median_time(one_step, repeat=5 if quick else 20, warmup=2)
+    m.end("success")
+    return Result(f"full step's hook traffic, every built-in plugin on, {prompts}x{n} (no backend I/O)",
+                  t, rows=prompts * n, target="µs per step")
+
+
 def run(quick: bool = False) -> list[Result]:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        return [dispatch_case(tmp, quick)]
+        return [dispatch_case(tmp, quick), full_step_case(tmp, quick)]
 
 
 if __name__ == "__main__":

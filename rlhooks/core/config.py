@@ -271,6 +271,12 @@ def structure_options(cls: type, data: Mapping[str, Any], path: str, plugin: str
                 issues.append(ConfigIssue(path, f"required option {key!r} is missing", plugin))
             continue
         value = data[key]
+        nested, nested_issues = _structure_nested(field.type, value, sub, plugin)
+        if nested_issues is not None:  # an attrs class (or a list of them): recurse for exact paths
+            issues += nested_issues
+            if not nested_issues:
+                values[key] = nested
+            continue
         choices = _literal_choices(field.type)
         try:
             if choices is not None:
@@ -290,6 +296,21 @@ def structure_options(cls: type, data: Mapping[str, Any], path: str, plugin: str
         return cls(**values), []
     except Exception as exc:  # noqa: BLE001 - cross-field checks in __attrs_post_init__
         return None, [ConfigIssue(path, _describe(exc), plugin)]
+
+
+def _structure_nested(tp: Any, value: Any, path: str, plugin: str | None) -> tuple[Any, list[ConfigIssue] | None]:
+    """Nested attrs options (or lists of them), structured with key paths down to the leaf."""
+    if attrs.has(tp) and isinstance(value, Mapping):
+        return structure_options(tp, value, path, plugin)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (list, tuple) and args and attrs.has(args[0]) and isinstance(value, list):
+        out, issues = [], []
+        for i, item in enumerate(value):
+            obj, sub = structure_options(args[0], item, f"{path}[{i}]", plugin)
+            issues += sub
+            out.append(obj)
+        return (origin(out) if not issues else None), issues
+    return None, None
 
 
 def _literal_choices(tp: Any) -> tuple[Any, ...] | None:

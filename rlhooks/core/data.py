@@ -85,7 +85,8 @@ class DatasetColumns:
                 f"{path}: no 'data_source' column (columns: {', '.join(sorted(names))}); "
                 "multi-source samplers need a data_source per row"
             )
-        table = pq.read_table(path, columns=["data_source"])
+        # read dictionary-encoded: no Python string per row
+        table = pq.read_table(path, columns=["data_source"], read_dictionary=["data_source"])
         col = table.column("data_source")
         if col.null_count:
             first = int(pc.index(pc.is_null(col), True).as_py())
@@ -93,7 +94,9 @@ class DatasetColumns:
                 f"{path}: {col.null_count} rows have a null data_source (first at row {first}); "
                 "every row needs a data_source"
             )
-        enc = pc.dictionary_encode(col).combine_chunks()
+        enc = col.combine_chunks() if hasattr(col.type, "value_type") else pc.dictionary_encode(col).combine_chunks()
+        if enc.dictionary.null_count or len(set(enc.dictionary.to_pylist())) != len(enc.dictionary):
+            enc = pc.dictionary_encode(enc.cast(enc.type.value_type)).combine_chunks()  # chunks with own dicts
         src_names = [str(x) for x in enc.dictionary.to_pylist()]
         codes = enc.indices.to_numpy(zero_copy_only=False)
         # Sort source names so codes do not depend on row order.

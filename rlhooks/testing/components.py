@@ -548,5 +548,5 @@ COMPONENT_CONTRACTS: dict[str, type] = {
 
 __all__ = [
     "ComponentContract", "SamplerContract", "FilterContract", "RewardFunctionContract", "BackendContract",
-    "ReadBack", "COMPONENT_CONTRACTS", "KIND_SECTION", "TYPICAL_REWARD_CASES", "make_step_metrics",
+    "ReadBack", "COMPONENT_CONTRACTS", "KIND_SECTION", "TYPICAL_REWARD_CASES",
 ]

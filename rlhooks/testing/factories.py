@@ -10,7 +10,7 @@ Everything is built with numpy from a seed, so a failing check reproduces exactl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 

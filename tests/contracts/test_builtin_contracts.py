@@ -19,7 +19,6 @@ from rlhooks.testing import (
     BackendContract,
     ComponentContract,
     FilterContract,
-    HookPluginContract,
     ReadBack,
     RewardFunctionContract,
     SamplerContract,
