@@ -69,8 +69,8 @@ def all_builtins_config(out_dir: Path, *, steps: int = 12, wandb_mode: str | Non
 
 @pytest.fixture(scope="session")
 def sim_data(tmp_path_factory: pytest.TempPathFactory) -> SimDataset:
-    """A small simulated dataset (4 sources x 60 rows): epochs wrap within a short run."""
-    path = write_dataset(tmp_path_factory.mktemp("reliability-data") / "data.parquet", rows_per_source=60, seed=0)
+    """A small simulated dataset (4 sources x 40 rows): epochs wrap within a short run."""
+    path = write_dataset(tmp_path_factory.mktemp("reliability-data") / "data.parquet", rows_per_source=40, seed=0)
     return SimDataset.from_parquet(path)
 
 
