@@ -26,6 +26,33 @@ class Result:
     target: str = ""  # the target from the issue, e.g. "<10 ms, >=20x"
     met: bool | None = None  # whether the target is met (None: no target)
     note: str = ""
+    max_s: float | None = None  # time target: rlhooks_s must be below this
+    min_ratio: float | None = None  # speed-up target: ratio must be at least this
+    margin: str = ""  # how far from the target, for targets that are not a time or a ratio
+
+    def __attrs_post_init__(self) -> None:
+        if self.met is None and (self.max_s is not None or self.min_ratio is not None):
+            self.met = self.distance_ok()
+
+    def distance_ok(self) -> bool:
+        ok = True
+        if self.max_s is not None:
+            ok &= self.rlhooks_s < self.max_s
+        if self.min_ratio is not None:
+            ok &= (self.ratio or 0.0) >= self.min_ratio
+        return ok
+
+    @property
+    def distance(self) -> str:
+        """How far from the target: the share of a time limit used, the multiple of a ratio floor."""
+        parts = []
+        if self.max_s is not None:
+            parts.append(f"{self.rlhooks_s / self.max_s:.0%} of {fmt_time(self.max_s)}")
+        if self.min_ratio is not None and self.ratio is not None:
+            parts.append(f"{self.ratio / self.min_ratio:.1f}x the {self.min_ratio:g}x floor")
+        if self.margin:
+            parts.append(self.margin)
+        return "; ".join(parts) or "-"
 
     @property
     def ratio(self) -> float | None:
@@ -80,8 +107,8 @@ def fmt_bytes(b: int | None) -> str:
 
 
 def markdown_table(results: list[Result]) -> str:
-    head = "| case | rlhooks | reference | ratio | rows/s | peak memory | target | met |\n"
-    head += "|---|---|---|---|---|---|---|---|\n"
+    head = "| case | rlhooks | reference | ratio | rows/s | peak memory | target | vs target | met |\n"
+    head += "|---|---|---|---|---|---|---|---|---|\n"
     lines = []
     for r in results:
         ratio = f"{r.ratio:.1f}x" if r.ratio is not None else "-"
@@ -90,6 +117,6 @@ def markdown_table(results: list[Result]) -> str:
         note = f" ({r.note})" if r.note else ""
         lines.append(
             f"| {r.case}{note} | {fmt_time(r.rlhooks_s)} | {fmt_time(r.reference_s)} | {ratio} | {rps} | "
-            f"{fmt_bytes(r.peak_bytes)} | {r.target or '-'} | {met} |"
+            f"{fmt_bytes(r.peak_bytes)} | {r.target or '-'} | {r.distance} | {met} |"
         )
     return head + "\n".join(lines) + "\n"

@@ -351,11 +351,17 @@ class RunManager:
             rec.obj.load_state_dict(sub)
 
 
+_PLAIN_NUMBERS = (float, int)
+
+
 def merge_metrics(into: dict[str, float], new: Any) -> dict[str, float]:
     """Merge a hook's metrics dict, checking it is a flat mapping of names to numbers."""
-    if not isinstance(new, Mapping):
+    if type(new) is not dict and not isinstance(new, Mapping):
         raise TypeError(f"a metrics hook must return a dict or None, got {type(new).__name__}")
     for k, v in new.items():
+        if type(v) in _PLAIN_NUMBERS and type(k) is str:  # the common case, without ABC checks
+            into[k] = v
+            continue
         if not isinstance(k, str):
             raise TypeError(f"metric names must be strings, got {k!r}")
         if isinstance(v, np.generic):

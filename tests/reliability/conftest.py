@@ -126,10 +126,12 @@ def _load_by_path(name: str, path: Path) -> Any:
 dispatch_backends = _load_by_path("_reliability_dispatch_backends", TESTS / "backends" / "dispatch_test_backends.py")
 #: tests/core/conftest.py: write_dist() / pip_install_target() of small real distributions
 core_dists = _load_by_path("_reliability_core_dists", TESTS / "core" / "conftest.py")
+#: tests/contracts/builtin_readers.py: read back what jsonl / tensorboard / wandb persisted
+readers = _load_by_path("_reliability_readers", TESTS / "contracts" / "builtin_readers.py")
 
 
 @pytest.fixture
-def fault_site(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def dispatch_site(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A site directory on sys.path holding the dispatch-test backends as a real distribution."""
     site = tmp_path_factory.mktemp("fault-site")
     dispatch_backends.install(site)
@@ -139,15 +141,59 @@ def fault_site(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     sys.modules.pop(dispatch_backends.MODULE, None)
 
 
+FAULTS_CODE = '''
+    import attrs
+    import numpy as np
+
+
+    @attrs.frozen(kw_only=True)
+    class CrashOptions:
+        crash_at_step: int = 1
+
+
+    class CrashingFilter:
+        """Keeps every group, until the step it was told to crash at (a bug in a steering plugin)."""
+
+        Options = CrashOptions
+
+        def __init__(self, options):
+            self.options = options
+
+        def select(self, batch):
+            if batch.meta.get("step") == self.options.crash_at_step:
+                raise RuntimeError(f"crashing_filter: simulated bug at step {self.options.crash_at_step}")
+            return np.ones(len(batch), dtype=bool)
+'''
+
+
 @pytest.fixture(scope="session")
-def broken_plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``reliability-broken 0.1`` pip-installed into a target dir: its backend module fails to import."""
-    root = tmp_path_factory.mktemp("broken-dist")
-    src = core_dists.write_dist(
+def faults_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two real distributions pip-installed into one target dir (put it on sys.path to use them):
+
+    * ``reliability-broken 0.1``: backend ``rel_broken`` whose module raises on import;
+    * ``reliability-faults 0.1``: filter ``crashing_filter`` that raises at ``crash_at_step``.
+    """
+    root = tmp_path_factory.mktemp("fault-dists")
+    target = root / "site"
+    broken = core_dists.write_dist(
         root, "reliability-broken", "0.1", "reliability_broken",
         "raise RuntimeError('reliability_broken cannot start: missing CUDA toolkit')\n",
         {"rlhooks.backends": {"rel_broken": "reliability_broken:Backend"}},
     )
-    target = root / "site"
-    core_dists.pip_install_target(src, target)
+    faults = core_dists.write_dist(root, "reliability-faults", "0.1", "reliability_faults", FAULTS_CODE,
+                                   {"rlhooks.filters": {"crashing_filter": "reliability_faults:CrashingFilter"}})
+    for src in (broken, faults):
+        core_dists.pip_install_target(src, target)
     return target
+
+
+@pytest.fixture
+def on_path(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``on_path(site)`` puts a site directory first on sys.path for this test."""
+
+    def add(site: Path) -> Path:
+        monkeypatch.syspath_prepend(str(site))
+        importlib.invalidate_caches()
+        return site
+
+    return add

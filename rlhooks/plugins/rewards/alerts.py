@@ -120,6 +120,33 @@ class AlertManager:
         self.first_step: dict[str, int] = {}
         self.last_step: dict[str, int] = {}
 
+    # -- resumable state: trend windows and run-wide counts, so a resumed run alerts as an uninterrupted one
+    @staticmethod
+    def _trend_key(spec: AlertSpec) -> str:
+        return f"{spec.metric_name}|{spec.min_slope}|{spec.max_slope}|{spec.window}"
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "series": {self._trend_key(self.specs[i]): list(d) for i, d in self._series.items()},
+            "history": [a.row() for a in self.history],
+            "counts": dict(self.counts),
+            "by_metric": dict(self.by_metric),
+            "first_step": dict(self.first_step),
+            "last_step": dict(self.last_step),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        series = state.get("series", {})
+        for i, d in self._series.items():  # trend alerts not in the saved state start empty
+            d.clear()
+            d.extend(float(v) for v in series.get(self._trend_key(self.specs[i]), ()))
+        self.history.clear()
+        self.history.extend(Alert(**row) for row in state.get("history", ()))
+        self.counts = Counter({k: int(v) for k, v in state.get("counts", {}).items()})
+        self.by_metric = Counter({k: int(v) for k, v in state.get("by_metric", {}).items()})
+        self.first_step = {k: int(v) for k, v in state.get("first_step", {}).items()}
+        self.last_step = {k: int(v) for k, v in state.get("last_step", {}).items()}
+
     def check(self, step: int, metrics: Mapping[str, float]) -> list[Alert]:
         fired = []
         for i, spec in enumerate(self.specs):

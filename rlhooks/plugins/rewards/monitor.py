@@ -192,6 +192,23 @@ class RewardMonitor:
             path = self.run.run_dir / self.options.summary_file
             path.write_text(json.dumps(summary, indent=2, default=_json_default), encoding="utf-8")
 
+    # -- resumable state ------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Step history and alert state (between steps; a step's partial rows are not kept)."""
+        return {
+            "version": 1,
+            "history": [[step, dict(m)] for step, m in self.history],
+            "alerts": self.alerts.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("version") != 1:
+            raise ValueError(f"reward_monitor: unsupported saved state version {state.get('version')!r} (expected 1)")
+        self.history.clear()
+        self.history.extend((int(step), dict(m)) for step, m in state["history"])
+        self.alerts.load_state_dict(state["alerts"])
+        self._reset(None)
+
     # -- helpers --------------------------------------------------------------------------
     def summary(self, status: str = "") -> dict[str, Any]:
         """Alert summary plus, when enabled and possible, the analyzer's reports."""
