@@ -286,7 +286,7 @@ class BackendDispatcher:
                 item.set()
                 continue
             hook, fn, args, step = item
-            if rec.disabled or self._stopped_by_raise or self.hung:
+            if (rec.disabled and hook != "on_run_end") or self._stopped_by_raise or self.hung:
                 continue  # a disabled backend's queue still drains, so producers never block on it
             try:
                 fn(*args)

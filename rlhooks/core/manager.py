@@ -202,7 +202,7 @@ class RunManager:
         """Call every enabled implementation of ``hook``; returns (component, result) pairs."""
         results = []
         for rec, fn, argnames in self._impls(hook):
-            if rec.disabled:
+            if rec.disabled and hook != "on_run_end":  # still ends: it closes files, stops its backend thread
                 continue
             t0 = time.perf_counter() if self.trace else 0.0
             try:

@@ -202,3 +202,35 @@ def test_wandb_offline_run_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_wandb_option_errors_name_the_key() -> None:
     with pytest.raises(rlhooks.ConfigError, match=r"backends\[0\]\.mode \(wandb\)"):
         rlhooks.load_config({"backends": [{"name": "wandb", "mode": "offlin"}]})
+
+
+def test_wandb_incremental_table_rotates_to_bound_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # an incremental wandb.Table keeps all its rows in memory; max_incremental_rows starts a new one
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = rlhooks.load_config({"run": {"name": "rot"}, "backends": [
+        {"name": "wandb", "mode": "offline", "max_incremental_rows": 4, "settings": {"console": "off"}}]})
+    m = rlhooks.RunManager(cfg, run_dir=tmp_path / "run")
+    backend = m.components[0].obj
+    with m.running():
+        for step in range(1, 6):
+            m.log_metrics(step, {"a": float(step)})
+            m.context.step = step
+            m.context.log_table("t", [{"x": step, "i": 0}, {"x": step, "i": 1}])
+            m.dispatch_emitted()
+        assert dispatch.flush_all(60)
+        run_dir = Path(backend.run.dir).parent
+    import wandb
+
+    wandb.teardown()
+    (wandb_file,) = run_dir.glob("run-*.wandb")
+    increments = []
+    for r in _read_wandb_records(wandb_file):
+        if r.WhichOneof("record_type") == "history":
+            items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
+            if "t/increment_num" in items:
+                increments.append(items["t/increment_num"])
+    assert increments == [0, 1, 0, 1, 0]  # 2 rows per step, at most 4 rows per table
+    rows = [row for f in sorted((run_dir / "files" / "media" / "table").rglob("*.table.json"),
+                                key=lambda p: int(p.name.split("_")[-2]))
+            for row in json.loads(f.read_text())["data"]]
+    assert [r[:2] for r in rows] == [[s, i] for s in range(1, 6) for i in (0, 1)]  # no row lost

@@ -70,13 +70,12 @@ def _hook_table(text: str) -> dict[str, str] | None:
 
 
 def hook_table_source() -> tuple[Path, dict[str, str]]:
-    """README.md when it has a hook table, else docs/readme/hooks.md (the section the README merges)."""
-    for path in (ROOT / "README.md", ROOT / "docs" / "readme" / "hooks.md"):
-        if path.exists():
-            table = _hook_table(path.read_text(encoding="utf-8"))
-            if table is not None:
-                return path, table
-    pytest.fail("no hook table ('| hook | ...') in README.md nor docs/readme/hooks.md")
+    """The hook table of README.md."""
+    path = ROOT / "README.md"
+    table = _hook_table(path.read_text(encoding="utf-8"))
+    if table is None:
+        pytest.fail("no hook table ('| hook | ...') in README.md")
+    return path, table
 
 
 @pytest.mark.parametrize("hook", SPEC_METHODS)

@@ -81,6 +81,7 @@ def make_engine(cfg: dict[str, Any], data: SimDataset, run_dir: Path, extra_plug
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    # str.splitlines() on purpose: it also splits at U+2028/U+0085, which the backend must escape
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 

@@ -14,6 +14,7 @@ Fault plugins come through real entry points of installed distributions (see con
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import structlog
 
 import rlhooks
 from rlhooks import hookimpl
+from rlhooks.core import dispatch
 from rlhooks.core.errors import ConfigError, PluginError
 from rlhooks.core.manager import MAX_CONSECUTIVE_FAILURES
 from rlhooks.core.registry import Registry
@@ -118,6 +120,9 @@ def test_raising_backend_run_completes_and_others_get_everything(dispatch_site, 
     assert any("failed in log_metrics" in e["event"] for e in named)
     assert any("disabled after" in e["event"] for e in named)
     assert all(e.get("distribution") == "rlhooks-dispatch-test-backends 0.1" for e in named)
+    # disabled, yet its run still ended: its dispatch thread stopped (no thread left per failed backend)
+    assert not [d for d in dispatch.live_dispatchers() if d.manager is engine.manager]
+    assert "rlhooks-backend-test_raising" not in {t.name for t in threading.enumerate()}
     _assert_backends_have_everything(engine, logged, tmp_path / "run", "success",
                                      backends=("jsonl", "tensorboard", "test_counting"))
 
@@ -219,10 +224,10 @@ def test_exception_in_training_loop_ends_run_and_flushes_every_backend(
         cfg["filters"] = [*cfg["filters"], {"name": "crashing_filter", "crash_at_step": 5}]
     run_dir = tmp_path / "run"
     engine, logged = _engine(cfg, sim_data, run_dir)
-    expected: tuple[type[BaseException], str, str] = {
+    expected: tuple[type[BaseException], str | None, str] = {
         "plugin": (PluginError, "crashing_filter.*failed in select.*simulated bug at step 5", "failed"),
         "engine": (RuntimeError, "engine crashed after step 5", "failed"),
-        "interrupt": (KeyboardInterrupt, "", "interrupted"),
+        "interrupt": (KeyboardInterrupt, None, "interrupted"),
     }[fault]
     on_step = {
         "plugin": None,

@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from rlhooks import hookimpl
@@ -82,7 +81,7 @@ def _checkpoint(engine) -> dict:
 
 def _assert_resume_equal(cfg: dict, data, tmp_path: Path) -> tuple[Any, Any, dict, dict]:
     full, full_probe = _run(cfg, data, tmp_path / "full", STEPS)
-    first, first_probe = _run(cfg, data, tmp_path / "resumed", K)
+    first, _ = _run(cfg, data, tmp_path / "resumed", K)
     state = _checkpoint(first)
     assert state["step"] == K
     resumed, probe = _run(cfg, data, tmp_path / "resumed", STEPS, state=state)  # a fresh engine and manager
@@ -124,7 +123,7 @@ def test_sampler_resume_equals_uninterrupted(sampler: str, sim_data, tmp_path: P
         "rewards": list(REWARD_FNS),
         "backends": ["jsonl"],
     }
-    full, resumed, want, _ = _assert_resume_equal(cfg, sim_data, tmp_path)
+    full, _, want, _ = _assert_resume_equal(cfg, sim_data, tmp_path)
     # the comparison covers a sampler that kept changing after k (else it proves little)
     weights = {json.dumps({k: v for k, v in want[s].items() if k.startswith("sampler/weight/")}, sort_keys=True)
                for s in range(K, STEPS + 1)}
@@ -139,7 +138,7 @@ def test_sampler_resume_equals_uninterrupted(sampler: str, sim_data, tmp_path: P
 
 def test_every_builtin_plugin_resume_equals_uninterrupted(sim_data, tmp_path: Path) -> None:
     cfg = all_builtins_config(tmp_path, steps=STEPS)
-    full, resumed, want, _ = _assert_resume_equal(cfg, sim_data, tmp_path)
+    _, _, want, _ = _assert_resume_equal(cfg, sim_data, tmp_path)
     assert want[K]["curriculum/level"] < want[STEPS]["curriculum/level"]  # level-ups after k
     assert want[STEPS]["alerts/total"] > want[K]["alerts/total"] > 0
     # the reward monitor's run-end summary (alert counts, analysis over its step history) matches too

@@ -227,7 +227,7 @@ class SimDataset:
             raise DataError(
                 f"{origin}: cannot simulate on this dataset: " + "; ".join(problems)
                 + f". Columns found: {', '.join(sorted(names)) or '(none)'}. "
-                "See docs/readme/simulate.md for the layout, or run without --data to use generated data."
+                "See the README's 'The data' section for the layout, or run without --data to use generated data."
             )
         sources = table.column("data_source").to_numpy(zero_copy_only=False).astype(object)
         complexity = None

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,6 +39,9 @@ log = structlog.get_logger("rlhooks.backends")
 
 DEFAULT_FILE = "metrics.jsonl"
 _PCTS = (5, 25, 50, 75, 95)
+#: characters str.splitlines() (and some JSON-lines readers) treat as line ends that json.dumps
+#: leaves raw with ensure_ascii=False; written escaped so one record is always one line
+_LINE_SEPARATORS = re.compile("[\x85\u2028\u2029]")
 
 
 def _nonfinite_name(v: float) -> str:
@@ -75,7 +79,10 @@ class JsonlBackend:
     def _write(self, record: dict[str, Any]) -> None:
         if self._fd is None:
             self._open(None)
-        data = (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+        text = json.dumps(record, ensure_ascii=False, allow_nan=False)
+        if _LINE_SEPARATORS.search(text):  # only inside strings, so the escape keeps the value
+            text = _LINE_SEPARATORS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+        data = (text + "\n").encode("utf-8")
         view = memoryview(data)
         while view:
             n = os.write(self._fd, view)  # type: ignore[arg-type]
@@ -126,7 +133,7 @@ class JsonlBackend:
                 pct = np.percentile(v, _PCTS)
                 summary.update(mean=float(v.mean()), std=float(v.std()), min=float(v.min()), max=float(v.max()))
                 summary.update({f"p{p}": float(x) for p, x in zip(_PCTS, pct)})
-            record["summary"] = summary
+            record["summary"] = json_safe(summary)  # a mean/std can overflow to inf near the float64 limit
         self._write(record)
 
     @hookimpl

@@ -150,7 +150,14 @@ class TensorBoardBackend:
         v = v[np.isfinite(v)]
         if v.size == 0:
             return  # TensorBoard cannot bin an empty histogram
-        self._ensure_writer().add_histogram(name, v, global_step=int(step))
+        w = self._ensure_writer()
+        try:
+            w.add_histogram(name, v, global_step=int(step))
+        except ValueError:  # binning overflows near the float64 limit (|x| ~ 1e308): one bucket instead
+            with np.errstate(over="ignore"):
+                w.add_histogram_raw(name, min=float(v.min()), max=float(v.max()), num=int(v.size), sum=float(v.sum()),
+                                    sum_squares=float(np.square(v).sum()), bucket_limits=[float(v.max())],
+                                    bucket_counts=[int(v.size)], global_step=int(step))
 
     @hookimpl
     def log_table(self, step: int, name: str, rows: list[dict[str, Any]]) -> None:

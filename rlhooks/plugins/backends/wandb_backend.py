@@ -39,6 +39,7 @@ EXTRA_COLUMN = "_extra"
 class _TableState:
     columns: list[str]
     table: Any = None  # the incremental wandb.Table, when used
+    rows: int = 0  # rows in the current incremental table
     warned: set[str] = attrs.field(factory=set)
 
 
@@ -61,6 +62,8 @@ class WandbBackend:
         notes: str | None = None
         #: one incremental table per name, or a new table per step
         table_mode: Literal["incremental", "per_step"] = "incremental"
+        #: an incremental wandb.Table keeps every row in memory: start a new one after this many rows
+        max_incremental_rows: int = attrs.field(default=10_000, validator=attrs.validators.gt(0))
         histograms: bool = True
         #: upload the (redacted) rlhooks config as the W&B run config
         log_config: bool = True
@@ -138,8 +141,11 @@ class WandbBackend:
         data = [self._row(state, name, r) for r in rows]
         cols = [*state.columns, EXTRA_COLUMN]
         if self._incremental:
+            if state.table is not None and state.rows + len(data) > self.options.max_incremental_rows:
+                state.table, state.rows = None, 0  # bounded memory: continue in a fresh table
             if state.table is None:
                 state.table = wandb.Table(columns=cols, log_mode="INCREMENTAL", allow_mixed_types=True)
+            state.rows += len(data)
             for values in data:
                 state.table.add_data(*values)
             table = state.table
@@ -154,7 +160,11 @@ class WandbBackend:
         v = np.asarray(values, dtype=np.float64).ravel()
         v = v[np.isfinite(v)]
         if v.size:
-            self.run.log({name: self._wandb.Histogram(v)}, step=int(step))
+            try:
+                hist = self._wandb.Histogram(v)
+            except ValueError:  # numpy cannot make 64 distinct bin edges (a tiny or overflowing range)
+                hist = self._wandb.Histogram(np_histogram=([int(v.size)], [float(v.min()), float(v.max())]))
+            self.run.log({name: hist}, step=int(step))
 
     @hookimpl
     def on_run_end(self, status: str) -> None:

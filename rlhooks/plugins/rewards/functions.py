@@ -41,13 +41,10 @@ __all__ = [
 REASONING_START, REASONING_END = "<reasoning>", "</reasoning>"
 ANSWER_START, ANSWER_END = "<answer>", "</answer>"
 
-# Whole response: optional whitespace, reasoning block, anything, answer block, optional whitespace.
-# Y and Z may not contain another answer tag: two answer blocks are not one well-formed answer.
-_FORMAT = re.compile(
-    r"\A\s*<reasoning>(.+?)</reasoning>(?:(?!<answer>).)*?<answer>((?:(?!</?answer>).)+)</answer>\s*\Z",
-    re.DOTALL,
-)
-_NUMBER_AFTER_ANSWER = re.compile(r"<answer>.*?([-+]?\d[\d,]*(?:\.\d+)?|[-+]?\.\d+)", re.DOTALL)
+# The format is checked with str.find / rfind, not with one regex: the equivalent regex
+#   \A\s*<reasoning>(.+?)</reasoning>(?:(?!<answer>).)*?<answer>((?:(?!</?answer>).)+)</answer>\s*\Z
+# backtracks quadratically (a 240 KB response of repeated </reasoning> tags took ~50 s).
+_NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?|[-+]?\.\d+")
 _WS = re.compile(r"\s+")
 
 
@@ -67,11 +64,31 @@ def _target(value: Any) -> str:
 
 
 def extract_answer(response: str) -> str | None:
-    """The ``<answer>`` content of a response format_exact accepts, else None."""
-    m = _FORMAT.match(_text(response, "response"))
-    if m is None or not m.group(1).strip() or not m.group(2).strip():
+    """The ``<answer>`` content of a response format_exact accepts, else None.
+
+    Linear time: ``<reasoning>X</reasoning>Y<answer>Z</answer>`` with only whitespace around,
+    Y and Z free of ``<answer>`` (so Z follows the last ``<answer>``), Z free of ``</answer>``,
+    and X ending at the first ``</reasoning>`` that leaves Y without ``<answer>``.
+    """
+    r = _text(response, "response")
+    start = len(r) - len(r.lstrip())
+    if not r.startswith(REASONING_START, start):
         return None
-    return m.group(2)
+    last = r.rfind(ANSWER_START)
+    if last < 0:
+        return None
+    z0 = last + len(ANSWER_START)
+    end = r.find(ANSWER_END, z0)
+    if end <= z0 or r[end + len(ANSWER_END):].strip():
+        return None
+    x0 = start + len(REASONING_START)
+    prev = r.rfind(ANSWER_START, 0, last)  # Y must start after an earlier <answer>
+    q = r.find(REASONING_END, max(x0 + 1, prev - len(REASONING_END) + 1))
+    if q < 0 or q + len(REASONING_END) > last:
+        return None
+    if not r[x0:q].strip() or not r[z0:end].strip():
+        return None
+    return r[z0:end]
 
 
 def _normalize(s: str) -> str:
@@ -140,11 +157,14 @@ check_answer.reward_range = (-1.0, 3.0)  # type: ignore[attr-defined]
 
 def check_numbers(response: str, target: str, **info: Any) -> float:
     """1.5 when the first number after ``<answer>`` equals the target numerically, else 0.0."""
-    m = _NUMBER_AFTER_ANSWER.search(_text(response, "response"))
+    r = _text(response, "response")
+    a = r.find(ANSWER_START)
+    # the first number after the first <answer> (a regex "<answer>.*?number" is quadratic)
+    m = _NUMBER.search(r, a + len(ANSWER_START)) if a >= 0 else None
     tgt = _as_number(_target(target))
     if m is None or tgt is None:
         return 0.0
-    guess = _as_number(m.group(1))
+    guess = _as_number(m.group(0))
     return 1.5 if guess is not None and guess == tgt else 0.0
 
 

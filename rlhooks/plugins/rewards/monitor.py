@@ -86,7 +86,10 @@ def reward_stats(reward: np.ndarray, bins: int = 20) -> dict[str, float]:
     mean, std = float(r.mean()), float(r.std())
     lo, hi = float(r.min()), float(r.max())
     if hi > lo:
-        counts, _ = np.histogram(r, bins=bins, range=(lo, hi))
+        try:
+            counts, _ = np.histogram(r, bins=bins, range=(lo, hi))
+        except ValueError:  # a range too narrow for distinct float bin edges (1.0 vs 1.0000000000000002) or too wide
+            counts = _bin_counts(r, lo, hi, bins)
         p = counts[counts > 0] / len(r)
         entropy = float(-(p * np.log(p)).sum())
     else:
@@ -98,6 +101,14 @@ def reward_stats(reward: np.ndarray, bins: int = 20) -> dict[str, float]:
         "rewards/entropy": entropy,
     })
     return out
+
+
+def _bin_counts(r: np.ndarray, lo: float, hi: float, bins: int) -> np.ndarray:
+    """Equal-width bin counts over [lo, hi] without bin edges; halved so hi - lo cannot overflow."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        pos = (r / 2 - lo / 2) / (hi / 2 - lo / 2) * bins
+    idx = np.clip(np.nan_to_num(np.floor(pos), nan=0.0), 0, bins - 1).astype(np.int64)
+    return np.bincount(idx, minlength=bins)
 
 
 def function_stats(components: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> dict[str, float]:
