@@ -95,10 +95,23 @@ def cmd_plugins_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def engine_sections() -> dict[str, Any]:
+    """Sections the engines add to a config: ``simulate:`` (validated here) and ``verl:`` (Hydra
+    overrides, passed through: ``rlhooks train --dry-run`` checks them against verl's config)."""
+    extra: dict[str, Any] = {}
+    try:
+        from rlhooks.engines.sim.engine import SimOptions
+
+        extra["simulate"] = SimOptions
+    except ImportError:  # pragma: no cover - the sim engine ships with rlhooks
+        pass
+    return {"extra_sections": extra, "passthrough": ("verl",)}
+
+
 def cmd_config_check(args: argparse.Namespace) -> int:
     from rlhooks.core.config import load_config
 
-    cfg = load_config(args.file, overrides=args.overrides)
+    cfg = load_config(args.file, overrides=args.overrides, **engine_sections())
     print(f"# {args.file}: valid; resolved with defaults (secrets redacted)")
     print(cfg.to_yaml(redact=True), end="")
     return 0

@@ -447,9 +447,12 @@ def load_config(
     overrides: Iterable[str] = (),
     registry: Registry | None = None,
     extra_sections: Mapping[str, type] | None = None,
+    passthrough: Iterable[str] = (),
 ) -> Config:
     """Load, validate and resolve a config (a YAML path or an already-parsed mapping).
 
+    ``extra_sections`` maps engine sections (e.g. ``simulate``) to the attrs class that validates
+    them; ``passthrough`` names sections kept as they are for an engine to check (e.g. ``verl``).
     Raises ConfigError listing every problem found.
     """
     if source is None:
@@ -467,7 +470,8 @@ def load_config(
     issues: list[ConfigIssue] = []
 
     # Phase 1: the outer shape.
-    known = (*TOP_LEVEL, *extra_sections)
+    passthrough = tuple(passthrough)
+    known = (*TOP_LEVEL, *extra_sections, *passthrough)
     for key in raw:
         if key not in known:
             close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
@@ -480,6 +484,9 @@ def load_config(
         value, sub = structure_options(cls, raw.get(key) or {}, key, None)
         issues += sub
         extra[key] = value
+    for key in passthrough:
+        if key in raw:
+            extra[key] = raw[key]
 
     # Phase 2: each named component and its options.
     sections: dict[str, Any] = {}

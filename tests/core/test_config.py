@@ -192,3 +192,21 @@ def test_config_check_cli(reg, third_party, tmp_path, monkeypatch):
     assert out.returncode == 1
     assert "backends[0] (opt_backend): option 'log_dri' is not known; did you mean 'log_dir'?" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_config_check_knows_engine_sections(tmp_path, capsys):
+    from rlhooks.cli import main
+
+    good = write(tmp_path, """\
+        simulate: {rows_per_source: 10}
+        verl: {data: {train_batch_size: 8}}
+    """)
+    assert main(["config", "check", str(good)]) == 0
+    out = capsys.readouterr().out
+    assert "rows_per_source: 10" in out and "train_batch_size: 8" in out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("simulate: {rows_per_sourc: 10}\nverll: {}\n")
+    assert main(["config", "check", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "simulate: option 'rows_per_sourc' is not known; did you mean 'rows_per_source'?" in err
+    assert "section 'verll' is not known; did you mean 'verl'?" in err

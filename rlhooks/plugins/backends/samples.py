@@ -21,6 +21,7 @@ Each emitted row starts with ``step``, ``selection`` ("top", "bottom" or "random
 
 from __future__ import annotations
 
+import abc
 import fnmatch
 from typing import Any, ClassVar, Literal
 
@@ -117,7 +118,7 @@ class _Candidates:
     seen: int = 0  # rows seen this step (arrival counter)
 
 
-class _SampleTable:
+class _SampleTable(abc.ABC):
     """Shared machinery: column choice, per-step running selection, emission."""
 
     table_default: ClassVar[str] = "samples"
@@ -140,8 +141,9 @@ class _SampleTable:
             )
         return np.asarray(batch[key], dtype=np.float64)
 
+    @abc.abstractmethod
     def _counts(self) -> tuple[int, int]:
-        raise NotImplementedError
+        """How many rows to take from the top and from the bottom of a step's ranking."""
 
     def _labels(self) -> tuple[str, str]:
         return "top", "bottom"
