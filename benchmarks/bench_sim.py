@@ -29,7 +29,7 @@ from typing import Any
 import structlog
 import yaml
 
-from benchmarks.harness import Result, markdown_table
+from benchmarks.harness import Result, markdown_table, peak_memory
 from rlhooks.engines.sim.cli import default_config_path
 from rlhooks.engines.sim.data import SimDataset, write_dataset
 from rlhooks.engines.sim.engine import SimEngine, load_sim_config
@@ -98,16 +98,18 @@ def run(quick: bool) -> list[Result]:
         gen_before = full.generated_trajectories
         t_full = _steps(full, steps)
         gen_batches = (full.generated_trajectories - gen_before) / (prompts * 8) / steps
-        m.end("success")
         total = sum(t_full)
         ours = sum(timer.spent.values())
         share = ours / total
         parts = ", ".join(f"{k} {v / total:.0%}" for k, v in sorted(timer.spent.items(), key=lambda kv: -kv[1]))
+        _, peak = peak_memory(lambda: full.train_step(full.step + 1))  # one more step, traced
+        m.end("success")
         results.append(Result(
             case=f"simulated step {prompts}x8, default plugins",
             rlhooks_s=statistics.median(t_full),
             reference_s=statistics.median(t_ref),
             rows=prompts * 8,
+            peak_bytes=peak,
             note=f"rlhooks code {share:.0%} of the step ({parts}); simulated learner/text {1 - share:.0%}; "
                  f"{gen_batches:.1f} generation batches/step; reference = same engine, no plugins, 1 batch",
         ))

@@ -29,6 +29,7 @@ class Result:
     max_s: float | None = None  # time target: rlhooks_s must be below this
     min_ratio: float | None = None  # speed-up target: ratio must be at least this
     margin: str = ""  # how far from the target, for targets that are not a time or a ratio
+    unit: str | None = None  # "us": print times in microseconds whatever their size
 
     def __attrs_post_init__(self) -> None:
         if self.met is None and (self.max_s is not None or self.min_ratio is not None):
@@ -86,11 +87,11 @@ def peak_memory(fn: Callable[[], Any]) -> tuple[Any, int]:
     return out, peak
 
 
-def fmt_time(s: float | None) -> str:
+def fmt_time(s: float | None, unit: str | None = None) -> str:
     if s is None:
         return "-"
-    if s < 1e-3:
-        return f"{s * 1e6:.1f} µs"
+    if unit == "us" or s < 1e-3:
+        return f"{s * 1e6:,.1f} µs"
     if s < 1:
         return f"{s * 1e3:.2f} ms"
     return f"{s:.2f} s"
@@ -116,7 +117,7 @@ def markdown_table(results: list[Result]) -> str:
         met = "-" if r.met is None else ("yes" if r.met else "NO")
         note = f" ({r.note})" if r.note else ""
         lines.append(
-            f"| {r.case}{note} | {fmt_time(r.rlhooks_s)} | {fmt_time(r.reference_s)} | {ratio} | {rps} | "
+            f"| {r.case}{note} | {fmt_time(r.rlhooks_s, r.unit)} | {fmt_time(r.reference_s, r.unit)} | {ratio} | {rps} | "
             f"{fmt_bytes(r.peak_bytes)} | {r.target or '-'} | {r.distance} | {met} |"
         )
     return head + "\n".join(lines) + "\n"

@@ -22,7 +22,9 @@ ENGINE_COMMANDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlhooks", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="rlhooks", description="rlhooks: plugins (hooks, samplers, filters, rewards, backends) for RL post-training on verl."
+    )
     parser.add_argument("--version", action="version", version=f"rlhooks {rlhooks.__version__}")
     parser.add_argument("--log-json", action="store_true", help="structured logs as JSON lines")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")

@@ -25,7 +25,9 @@ $PY -m rlhooks.engines.verl.main "${common[@]}" trainer.total_training_steps=2 2
 # 2) resume from global_step_2 and run step 3 (sampler + rlhooks state restored from rlhooks.pt / data.pt)
 $PY -m rlhooks.engines.verl.main "${common[@]}" trainer.total_training_steps=3 trainer.resume_mode=auto 2>&1 | tee "$OUT/run2.log"
 
-grep -q "train/num_gen_batches" "$OUT/run1.log"
+# verl's console logger prints "step:N - key:value - ..." (Ray prefixes the actor name)
+grep -qE "step:[0-9]+ - .*train/num_gen_batches:" "$OUT/run1.log"
+grep -qE "step:3 - .*filter/kept_groups:" "$OUT/run2.log"
 grep -q "restored rlhooks state" "$OUT/run2.log"
 test -f "$OUT/ckpt/global_step_2/rlhooks.pt"
 echo "gpu smoke OK: logs and checkpoints in $OUT"

@@ -477,11 +477,12 @@ def load_config(
             close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known sections: {', '.join(known)}"
             issues.append(ConfigIssue(str(key), f"section {key!r} is not known{hint}"))
-    run, run_issues = structure_options(RunOptions, raw.get("run") or {}, "run", None)
+    # an empty section (``run:`` with nothing under it) is None; any other non-mapping is an error
+    run, run_issues = structure_options(RunOptions, _section(raw, "run"), "run", None)
     issues += run_issues
     extra: dict[str, Any] = {}
     for key, cls in extra_sections.items():
-        value, sub = structure_options(cls, raw.get(key) or {}, key, None)
+        value, sub = structure_options(cls, _section(raw, key), key, None)
         issues += sub
         extra[key] = value
     for key in passthrough:
@@ -517,6 +518,11 @@ def load_config(
     if issues:
         raise ConfigError(issues, src_name)
     return Config(run=run, extra=extra, source=src_name, raw=raw, **sections)
+
+
+def _section(raw: Mapping[str, Any], key: str) -> Any:
+    value = raw.get(key)
+    return {} if value is None else value
 
 
 def _component(kind: str, item: Any, path: str, registry: Registry) -> tuple[ComponentConfig | None, list[ConfigIssue]]:

@@ -38,9 +38,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import pluggy
 import structlog
 
-from rlhooks.core.hookspecs import METRIC_HOOKS, PROJECT, hookimpl
+from rlhooks.core.hookspecs import METRIC_HOOKS, PROJECT, RLHookSpecs, hookimpl
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from rlhooks.core.manager import Registered, RunManager
@@ -86,8 +87,18 @@ def wrap(manager: RunManager, rec: Registered) -> Any:
     impls = hook_impls(rec.obj)
     if not any(h in impls for h in LOGGING_HOOKS):
         return rec.obj  # sample components and other hook-only objects run in the training thread
+    _validate(rec.obj, rec.label)
     rec.deferred = True
     return BackendDispatcher(manager, rec, impls).proxy
+
+
+def _validate(obj: Any, label: str) -> None:
+    """The backend itself against the specs (pluggy only sees the proxy, whose signatures are right):
+    unknown hooks and argument names a hook does not have raise ``PluginValidationError`` at start."""
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(RLHookSpecs)
+    pm.register(obj, name=label)
+    pm.check_pending()
 
 
 def _argnames(fn: Callable) -> tuple[str, ...]:
@@ -299,7 +310,9 @@ class BackendDispatcher:
 
     def _failed(self, hook: str, step: int | None, exc: Exception) -> None:
         if self.rec.on_error == "raise":
-            exc.add_note(f"raised by {self.rec.name}.{hook} on its dispatch thread" + (f" at step {step}" if step else ""))
+            note = f"raised by {self.rec.name}.{hook} on its dispatch thread" + (f" at step {step}" if step else "")
+            if hasattr(exc, "add_note"):  # Python >= 3.11; on 3.10 the PluginError still names plugin and hook
+                exc.add_note(note)
             self._stopped_by_raise = True
             self._pending_raise = exc
             return

@@ -33,7 +33,8 @@ class ConfigError(RLHooksError):
         head = f"invalid rlhooks config {source}" if source else "invalid rlhooks config"
         n = len(self.issues)
         lines = [f"{head}: {n} problem{'s' if n != 1 else ''}"]
-        lines += [f"  - {issue}" for issue in self.issues]
+        # continuation lines of a multi-line issue stay under their bullet
+        lines += [f"  - {issue}".replace("\n", "\n    ") for issue in self.issues]
         super().__init__("\n".join(lines))
 
 

@@ -108,7 +108,8 @@ class RLHookSpecs:
                 ``advantage`` when the engine computed it.
             metrics (Mapping[str, float]): the step's metrics so far (engine metrics such as
                 ``actor/ppo_kl``, ``actor/entropy``, timing, plus what hooks returned earlier in
-                the step). Read-only view.
+                the step, including the ``on_step_end`` implementations called before this one;
+                use ``@hookimpl(trylast=True)`` to see all of them). Read-only view.
 
         Returns: None or a metrics dict, merged into the step's metrics.
 

@@ -98,7 +98,8 @@ class RunManager:
         self.filters: list[tuple[Registered, Any]] = []
 
         requested = {(c.kind, c.name) for c in config.components()}
-        self.registry.check_unrequested(requested)
+        # run.strict_plugins holds also when the engine passed its own registry
+        self.registry.check_unrequested(requested, strict=config.run.strict_plugins)
 
         reward_fns = []
         for comp in config.components():
@@ -200,7 +201,10 @@ class RunManager:
 
     def call(self, hook: str, **kwargs: Any) -> list[tuple[Registered, Any]]:
         """Call every enabled implementation of ``hook``; returns (component, result) pairs."""
-        results = []
+        return list(self._each(hook, kwargs))
+
+    def _each(self, hook: str, kwargs: Mapping[str, Any]) -> Iterator[tuple[Registered, Any]]:
+        """Implementations called one at a time, lazily: the caller sees a result before the next call."""
         for rec, fn, argnames in self._impls(hook):
             if rec.disabled and hook != "on_run_end":  # still ends: it closes files, stops its backend thread
                 continue
@@ -214,8 +218,7 @@ class RunManager:
                 rec.failures = 0
             if self.trace:
                 log.debug("hook", hook=hook, plugin=rec.name, path=rec.path, ms=round((time.perf_counter() - t0) * 1e3, 3))
-            results.append((rec, result))
-        return results
+            yield rec, result
 
     def _failed(self, rec: Registered, hook: str, exc: BaseException) -> None:
         rec.failures += 1
@@ -236,15 +239,20 @@ class RunManager:
                 plugin=rec.name, path=rec.path, distribution=rec.distribution,
             )
 
-    def _metrics_hook(self, hook: str, **kwargs: Any) -> dict[str, float]:
+    def _metrics_hook(self, hook: str, live: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, float]:
+        """Merged metrics of every implementation; ``live`` (if given) is updated after each one."""
         merged: dict[str, float] = {}
-        for rec, result in self.call(hook, **kwargs):
+        for rec, result in self._each(hook, kwargs):
             if result is None:
                 continue
             try:
-                merge_metrics(merged, result)
+                new = merge_metrics({}, result)
             except TypeError as exc:
                 self._failed(rec, hook, exc)
+                continue
+            merged.update(new)
+            if live is not None:
+                live.update(new)
         return merged
 
     # Typed helpers, one per hook, in firing order.
@@ -262,13 +270,19 @@ class RunManager:
 
     def step_end(self, step: int, batch: Batch, metrics: Mapping[str, float]) -> dict[str, float]:
         self.context.step = step
-        return self._metrics_hook("on_step_end", step=step, batch=batch, metrics=MappingProxyType(dict(metrics)))
+        # a read-only view that grows as implementations return: a later (e.g. trylast) one sees
+        # what earlier ones returned, so alerts can watch any plugin's metrics
+        live = dict(metrics)
+        return self._metrics_hook("on_step_end", live=live, step=step, batch=batch, metrics=MappingProxyType(live))
 
     def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
         self.call("log_metrics", step=step, metrics=MappingProxyType(dict(metrics)))
 
     def log_table(self, step: int, name: str, rows: list[dict[str, Any]]) -> None:
         self.call("log_table", step=step, name=name, rows=rows)
+
+    def log_histogram(self, step: int, name: str, values: np.ndarray) -> None:
+        self.call("log_histogram", step=step, name=name, values=values)
 
     def end(self, status: str) -> None:
         self.dispatch_emitted()

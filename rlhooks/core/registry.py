@@ -179,17 +179,22 @@ class Registry:
                 broken.append(info)
         return broken
 
-    def check_unrequested(self, requested: set[tuple[str, str]]) -> list[str]:
-        """Warn about (or, in strict mode, fail on) broken plugins a run did not ask for."""
+    def check_unrequested(self, requested: set[tuple[str, str]], strict: bool | None = None) -> list[str]:
+        """Warn about (or, in strict mode, fail on) broken plugins a run did not ask for.
+
+        ``strict=True`` (a run's ``strict_plugins``) turns strict mode on for this check even when
+        the registry itself is not strict.
+        """
+        strict = self.strict or bool(strict)
         problems = []
         for info in self.load_all():
             if (info.kind, info.name) in requested:
                 continue  # the run itself fails on it with the full error
             msg = f"installed plugin is broken and will not be available: {info.where}: {info.error}"
             problems.append(msg)
-            if not self.strict:
+            if not strict:
                 log.warning(msg, plugin=info.name, distribution=info.dist)
-        if problems and self.strict:
+        if problems and strict:
             raise BrokenPluginError(
                 "strict plugin mode: installed plugins failed to import:\n  "
                 + "\n  ".join(problems)

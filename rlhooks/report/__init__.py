@@ -121,8 +121,10 @@ def _page(runs: list[RunData], charts: list[tuple[str, Path]], notes: list[str])
                 any_table = True
                 parts.append(f"<h3>{_esc(run.name)} · {_esc(name)} · step {t.step}</h3>")
                 parts.append(_table(t))
-            parts.append(f"<p class='muted'>{run.table_counts[name]} tables named {_esc(name)} in this run; "
-                         "the first and the last are shown.</p>")
+            count = run.table_counts[name]
+            shown_note = "it is shown" if count == 1 else "the first and the last are shown"
+            parts.append(f"<p class='muted'>{count} table{'s' if count != 1 else ''} named {_esc(name)} "
+                         f"in this run; {shown_note}.</p>")
     if not any_table:
         parts.append("<p class='note'>No sample tables were logged (enable top_bottom_k under samples:).</p>")
     parts.append("<h2>Configs</h2>")

@@ -123,7 +123,9 @@ def render_chart(chart: Chart, runs: list[RunData], out_dir: Path) -> Path | Non
     nrows = (len(panels) + ncols - 1) // ncols
     fig, axes = plt.subplots(nrows, ncols, figsize=(6.2 * ncols, 3.4 * nrows), squeeze=False)
     cmap = plt.get_cmap("tab10")
-    labels = sorted({lab for _, per_run in panels for _, m in per_run for lab, _ in m})
+    # colours go to named series only (sources, functions), so a source has the same colour in every
+    # chart; a panel's single unnamed series (actor/entropy, ...) is coloured by its run instead
+    labels = sorted({lab for _, per_run in panels for _, m in per_run for lab, k in m if lab != k})
     colour = {lab: cmap(i % 10) for i, lab in enumerate(labels)}
     multi = len(runs) > 1
     for ax, (panel, per_run) in zip(axes.ravel(), panels):
@@ -137,13 +139,13 @@ def render_chart(chart: Chart, runs: list[RunData], out_dir: Path) -> Path | Non
                     y = np.zeros(len(steps))
                     y[np.searchsorted(steps, s)] = np.nan_to_num(v)
                     ys.append(y)
-                ax.stackplot(steps, ys, labels=[lab for lab, _ in matches], colors=[colour[lab] for lab, _ in matches], alpha=0.85)
+                ax.stackplot(steps, ys, labels=[lab for lab, _ in matches], colors=[colour.get(lab, cmap(i % 10)) for i, (lab, _) in enumerate(matches)], alpha=0.85)
         else:
             for r, (run, matches) in enumerate(per_run):
                 for lab, k in matches:
                     s, v = run.series[k]
                     single = len(matches) == 1 and lab == k
-                    col = cmap(r % 10) if single else colour[lab]
+                    col = cmap(r % 10) if single else colour.get(lab, cmap(r % 10))
                     name = run.name if single else (f"{run.name} · {lab}" if multi else lab)
                     ax.plot(s, _smooth(v, panel.smooth), LINESTYLES[r % len(LINESTYLES)] if not single else "-",
                             color=col, label=name, linewidth=1.6)

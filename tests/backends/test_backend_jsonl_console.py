@@ -123,3 +123,29 @@ def test_console_default_line_is_capped(capsys: pytest.CaptureFixture) -> None:
     c = ConsoleBackend(ConsoleBackend.Options(max_keys=2))
     line = c.format_metrics(7, {"b": 1.23456789, "a": 2, "c": math.nan})
     assert line == "step 7 | a 2 | b 1.235 | … +1 more"
+
+
+def test_console_opens_the_run_and_prints_above_a_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    import re
+    import sys
+
+    from tqdm import tqdm
+
+    cfg = rlhooks.load_config({"run": {"name": "bar"}, "backends": [{"name": "console", "keys": ["a"]}]})
+    m = rlhooks.RunManager(cfg, run_dir=tmp_path / "run")
+    bar = tqdm(total=3, file=sys.stdout, desc="train", mininterval=0)  # the bar and the lines share stdout
+    try:
+        with m.running():
+            for step in (1, 2, 3):
+                bar.update(1)
+                m.log_metrics(step, {"a": step})
+                assert dispatch.flush_all(10)
+    finally:
+        bar.close()
+    out = capsys.readouterr().out
+    # each line starts a fresh terminal line (after the bar was cleared), never glued to the bar's text
+    segments = re.split(r"[\r\n]", out)
+    assert f"run bar started; output in {tmp_path / 'run'}" in segments
+    for step in (1, 2, 3):
+        assert f"step {step} | a {step}" in segments, out
+    assert "run ended: success" in segments

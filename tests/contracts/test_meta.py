@@ -90,3 +90,46 @@ def test_hook_table_lists_no_unknown_hooks() -> None:
     path, table = hook_table_source()
     unknown = set(table) - set(HOOK_NAMES)
     assert not unknown, f"{path.name} documents hooks that do not exist: {sorted(unknown)}"
+
+
+# -- dependency direction (DESIGN.md): plugins -> core, engines -> core; hookimpl from rlhooks only ----------
+
+
+def _imports(path: Path) -> set[str]:
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def _offenders(files: list[Path], banned: tuple[str, ...]) -> list[str]:
+    return sorted(
+        f"{p.relative_to(ROOT)}: {m}" for p in files for m in _imports(p)
+        if any(m == b or m.startswith(b + ".") for b in banned)
+    )
+
+
+def test_core_imports_no_plugin_engine_or_logging_service() -> None:
+    core = sorted((ROOT / "rlhooks" / "core").glob("*.py"))
+    assert core
+    bad = _offenders(core, ("rlhooks.plugins", "rlhooks.engines", "rlhooks.report", "verl", "wandb", "tensorboard"))
+    assert not bad, "core must find plugins through entry points and import no engine or service:\n  " + "\n  ".join(bad)
+
+
+def test_only_the_verl_engine_imports_verl() -> None:
+    files = [p for p in (ROOT / "rlhooks").rglob("*.py") if "engines/verl" not in p.as_posix()]
+    bad = _offenders(files, ("verl",))
+    assert not bad, "only rlhooks/engines/verl may import verl:\n  " + "\n  ".join(bad)
+
+
+def test_plugins_do_not_import_pluggy() -> None:
+    files = [*(ROOT / "rlhooks" / "plugins").rglob("*.py"), *(ROOT / "examples").rglob("*.py")]
+    assert files
+    bad = _offenders(files, ("pluggy",))
+    assert not bad, "plugins import hookimpl from rlhooks, never from pluggy:\n  " + "\n  ".join(bad)

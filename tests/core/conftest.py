@@ -97,15 +97,28 @@ OPTIONS_CODE = '''
 
 
     @attrs.frozen(kw_only=True)
+    class Stage:
+        level: int
+        mode: Literal["fast", "slow"] = "fast"
+
+
+    @attrs.frozen(kw_only=True)
     class FancyOptions:
         temperature: float = 1.0
         source_weights: dict[str, float] = attrs.field(factory=dict)
+        stages: list[Stage] = attrs.field(factory=list)
 
 
     class FancySampler(Sampler):
         """A sampler with a legacy name."""
         Options = FancyOptions
         deprecated_names = {"OldFancySampler": "FancySampler"}
+
+        @hookimpl
+        def on_rewards_computed(self, batch):
+            if "explode" in batch:  # a bug in a steering component
+                raise ValueError("sampler cannot use these rewards")
+            return {"fancy/feedback": 1.0}
 
         def __iter__(self):
             return iter(range(len(self.data)))
@@ -117,6 +130,13 @@ OPTIONS_CODE = '''
             return {}
 
         def load_state_dict(self, state):
+            pass
+
+
+    class WrongArgBackend:
+        """A logging backend asking for an argument log_metrics does not have."""
+        @hookimpl
+        def log_metrics(self, step, metrix):
             pass
 
 
@@ -170,7 +190,8 @@ def installed_dists(tmp_path_factory: pytest.TempPathFactory) -> Path:
                         "import a_module_that_does_not_exist_anywhere\n",
                         {"rlhooks.backends": {"broken_one": "broken_plugins:Backend"}})
     opts = write_dist(root, "options-plugins", "0.2", "options_plugins", OPTIONS_CODE,
-                      {"rlhooks.backends": {"opt_backend": "options_plugins:OptBackend"},
+                      {"rlhooks.backends": {"opt_backend": "options_plugins:OptBackend",
+                                            "wrong_arg_backend": "options_plugins:WrongArgBackend"},
                        "rlhooks.rewards": {"const_reward": "options_plugins:const_reward"},
                        "rlhooks.samplers": {"FancySampler": "options_plugins:FancySampler",
                                             "OldFancySampler": "options_plugins:FancySampler"},

@@ -71,6 +71,19 @@ def test_all_errors_reported_at_once_with_file_name(reg, tmp_path):
     assert err.value.issues and len(msgs) >= 7
 
 
+def test_nested_options_errors_have_paths_down_to_the_leaf(reg):
+    with pytest.raises(ConfigError) as err:
+        load_config({"sampler": {"name": "FancySampler", "stages": [
+            {"level": 1}, {"level": "high", "mod": "slow"}, {"mode": "warp"}]}}, registry=reg)
+    msgs = issues(err)
+    assert "sampler.stages[1].level (FancySampler): expected an integer, got 'high'" in msgs, msgs
+    assert "sampler.stages[1] (FancySampler): option 'mod' is not known; did you mean 'mode'?" in msgs, msgs
+    assert "sampler.stages[2] (FancySampler): required option 'level' is missing" in msgs, msgs
+    assert any(m.startswith("sampler.stages[2].mode (FancySampler): must be one of") and "warp" in m for m in msgs), msgs
+    cfg = load_config({"sampler": {"name": "FancySampler", "stages": [{"level": 2, "mode": "slow"}]}}, registry=reg)
+    assert cfg.sampler.options.stages[0].level == 2 and cfg.resolved()["sampler"]["stages"] == [{"level": 2, "mode": "slow"}]
+
+
 def test_type_coercions_are_strict(reg):
     with pytest.raises(ConfigError, match=r"run.trace_hooks: expected true or false, got 'maybe'"):
         load_config({"run": {"trace_hooks": "maybe"}}, registry=reg)
@@ -79,6 +92,13 @@ def test_type_coercions_are_strict(reg):
     # YAML 1.1 reads 1e-3 as a string; a float option still accepts it
     cfg = load_config({"sampler": {"name": "FancySampler", "temperature": "1e-3"}}, registry=reg)
     assert cfg.sampler.options.temperature == pytest.approx(1e-3)
+
+
+def test_section_that_is_not_a_mapping_is_an_error(reg):
+    assert load_config({"run": None}, registry=reg).run.steps == 100  # `run:` with nothing under it
+    for value in ([], "", 0, False):
+        with pytest.raises(ConfigError, match="run: expected a mapping of options, got"):
+            load_config({"run": value}, registry=reg)
 
 
 def test_component_shape_errors(reg):

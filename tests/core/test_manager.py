@@ -75,6 +75,14 @@ def test_hookimpl_asking_for_unknown_argument_is_rejected(tmp_path, reg):
         manager({}, tmp_path, reg, extra_plugins=[("bad", BadArgs())])
 
 
+def test_backend_logging_hook_with_unknown_argument_is_rejected_at_start(tmp_path, reg):
+    """Logging backends run behind a dispatch proxy; their own signatures are still checked."""
+    with pytest.raises(HookValidationError) as err:
+        manager({"backends": ["wrong_arg_backend"]}, tmp_path, reg)
+    msg = str(err.value)
+    assert "backend 'wrong_arg_backend' (options-plugins 0.2) at backends[0]" in msg and "metrix" in msg
+
+
 def test_warn_policy_isolates_and_disables_after_repeated_failures(tmp_path, reg, capsys):
     flaky, healthy = Flaky(fail_times=100), Flaky(fail_times=0)
     m = manager({}, tmp_path, reg, extra_plugins=[("flaky", flaky), ("healthy", healthy)])
@@ -98,9 +106,6 @@ def test_warn_policy_resets_on_success(tmp_path, reg):
 
 
 def test_raise_policy_names_plugin_and_distribution(tmp_path, reg):
-    m = manager({"backends": [{"name": "opt_backend", "log_dir": "x", "on_error": "raise"}]}, tmp_path, reg)
-    m.components[0].obj.log_metrics = None  # make it raise TypeError when called? no: patch the impl below
-
     class Boom:
         @hookimpl
         def log_metrics(self, step, metrics):
@@ -110,6 +115,22 @@ def test_raise_policy_names_plugin_and_distribution(tmp_path, reg):
     m2.components[-1].on_error = "raise"
     with pytest.raises(PluginError, match="plugin 'boom' from engine failed in log_metrics: ValueError: disk full"):
         m2.log_metrics(1, {"x": 1})
+
+
+def test_default_on_error_steering_components_raise_observers_warn(tmp_path, reg):
+    cfg = load_config({"sampler": "FancySampler", "filters": ["dapo"], "rewards": ["const_reward", "source_metrics"],
+                       "samples": ["top_bottom_k"], "backends": ["alpha_only"], "plugins": ["counter"]}, registry=reg)
+    assert {c.path: c.on_error for c in cfg.components()} == {
+        "sampler": "raise", "filters[0]": "raise", "rewards[0]": "warn", "rewards[1]": "warn",
+        "samples[0]": "warn", "backends[0]": "warn", "plugins[0]": "warn",
+    }
+    # a steering component configured by name, failing in a hook: the run stops, naming it
+    m = RunManager(cfg, registry=reg, run_dir=tmp_path)
+    m.build_sampler(DatasetColumns.from_arrays(["a", "b", "a", "b"]), batch_size=2)
+    assert m.rewards_computed(1, batch())["fancy/feedback"] == 1.0
+    with pytest.raises(PluginError, match="plugin 'FancySampler' from options-plugins 0.2 failed in "
+                                          "on_rewards_computed: ValueError: sampler cannot use these rewards"):
+        m.rewards_computed(2, batch().with_columns(explode=np.zeros(4)))
 
 
 def test_disable_policy_disables_at_first_failure(tmp_path, reg):
@@ -206,21 +227,38 @@ def test_tables_emitted_through_context_are_dispatched_after_metrics(tmp_path, r
     m = manager({}, tmp_path, reg, extra_plugins=[("emitter", Emitter()), ("sink", Sink())])
     with m.running():
         StepDriver(m).finish_step(3, batch(), {"x": 1.0})
-    assert seen == [("metrics", 3), ("table", 3, "t", [{"a": 1}]), ("hist", 3, "h", [1.0, 2.0])]
+        m.log_table(4, "direct", [{"b": 2}])  # the typed helpers call the hooks directly
+        m.log_histogram(4, "direct", np.array([0.5]))
+    assert seen == [("metrics", 3), ("table", 3, "t", [{"a": 1}]), ("hist", 3, "h", [1.0, 2.0]),
+                    ("table", 4, "direct", [{"b": 2}]), ("hist", 4, "direct", [0.5])]
 
 
-def test_tracing_logs_each_hook_call(tmp_path, reg, monkeypatch, capsys):
+def test_run_strict_plugins_holds_with_an_engine_registry(tmp_path, reg):
+    """run.strict_plugins applies even when the engine passes its own (non-strict) registry."""
+    from rlhooks.core.errors import BrokenPluginError
+
+    assert not reg.strict
+    with pytest.raises(BrokenPluginError, match="(?s)strict plugin mode.*broken_one"):
+        manager({"run": {"strict_plugins": True}}, tmp_path, reg)
+    manager({}, tmp_path, reg)  # without it: a warning only
+
+
+@pytest.mark.parametrize("switch", ["env", "config", "off"])
+def test_tracing_logs_each_hook_call(switch, tmp_path, reg, monkeypatch, capsys):
     from rlhooks.logging import configure_logging
 
     configure_logging(verbose=True)
-    monkeypatch.setenv("RLHOOKS_TRACE", "1")
+    monkeypatch.delenv("RLHOOKS_TRACE", raising=False)
+    if switch == "env":
+        monkeypatch.setenv("RLHOOKS_TRACE", "1")
     try:
-        m = manager({}, tmp_path, reg, extra_plugins=[("healthy", Flaky(0))])
+        m = manager({"run": {"trace_hooks": switch == "config"}}, tmp_path, reg, extra_plugins=[("healthy", Flaky(0))])
         m.rewards_computed(1, batch())
     finally:
         configure_logging()
     out = capsys.readouterr().err
-    assert "hook" in out and "on_rewards_computed" in out and "plugin=healthy" in out and "ms=" in out
+    traced = "hook" in out and "on_rewards_computed" in out and "plugin=healthy" in out and "ms=" in out
+    assert traced == (switch != "off"), out
 
 
 def test_sampler_built_by_engine_and_state_round_trip(tmp_path, reg):
@@ -239,3 +277,25 @@ def test_sampler_built_by_engine_and_state_round_trip(tmp_path, reg):
 def test_constructor_failure_names_the_plugin(tmp_path, reg):
     with pytest.raises(PluginError, match="'exploding' from options-plugins 0.2 failed in __init__: OSError: no disk"):
         manager({"plugins": ["exploding"]}, tmp_path, reg)
+
+
+def test_on_step_end_sees_metrics_returned_by_earlier_implementations(tmp_path, reg):
+    seen = {}
+
+    class Early:
+        @hookimpl
+        def on_step_end(self, metrics):
+            return {"early/x": 2.0}
+
+    class Watcher:
+        @hookimpl(trylast=True)
+        def on_step_end(self, metrics):
+            seen.update(metrics)
+            return {"watch/saw_early": float("early/x" in metrics)}
+
+    m = manager({}, tmp_path, reg, extra_plugins=[("watcher", Watcher()), ("early", Early())])
+    engine = {"actor/ppo_kl": 0.1}
+    out = m.step_end(1, batch(), engine)
+    assert seen == {"actor/ppo_kl": 0.1, "early/x": 2.0}
+    assert out == {"early/x": 2.0, "watch/saw_early": 1.0}
+    assert engine == {"actor/ppo_kl": 0.1}  # the caller's dict is not touched

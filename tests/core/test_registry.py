@@ -16,8 +16,12 @@ from rlhooks.core.registry import Registry
 
 
 def test_builtins_are_registered_through_entry_points():
-    import tomllib
     from pathlib import Path
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
 
     from rlhooks.core.registry import GROUPS
 
@@ -66,10 +70,20 @@ def test_broken_plugin_error_names_entry_point_distribution_and_import_error(thi
     assert "ModuleNotFoundError" in msg and "a_module_that_does_not_exist_anywhere" in msg
 
 
-def test_broken_plugin_breaks_only_runs_that_ask_for_it(third_party, capsys):
+def test_broken_plugin_breaks_only_runs_that_ask_for_it(third_party):
+    import structlog
+
     reg = Registry()
-    problems = reg.check_unrequested({("backend", "alpha_only")})
+    with structlog.testing.capture_logs() as logs:
+        problems = reg.check_unrequested({("backend", "alpha_only")})
     assert len(problems) == 1 and "broken_one" in problems[0]  # a warning, not an error
+    (warning,) = [e for e in logs if e.get("plugin") == "broken_one"]
+    assert warning["log_level"] == "warning" and warning["distribution"] == "broken-plugins"
+    assert "broken_plugins:Backend" in warning["event"] and "ModuleNotFoundError" in warning["event"]
+    # a run that asks for it is not warned about it: it fails with the full error instead
+    with structlog.testing.capture_logs() as logs:
+        Registry().check_unrequested({("backend", "broken_one")})
+    assert not [e for e in logs if e.get("plugin") == "broken_one"]
     with pytest.raises(ConfigError, match=r"(?s)backends\[0\] \(broken_one\).*ModuleNotFoundError"):
         load_config({"backends": ["broken_one"]}, registry=Registry())
 

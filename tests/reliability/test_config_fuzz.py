@@ -68,6 +68,13 @@ def check(source) -> None:
         assert exc.issues, "a ConfigError must list its issues"
         for issue in exc.issues:
             assert issue.message, issue
+            # where: a key path, or (for a file that is not a mapping / not YAML) the file itself;
+            # an unknown top-level key named "" has an empty path, and the message quotes it
+            assert issue.path or exc.source or issue.message.startswith("section '' is not known"), (
+                f"issue without a key path or a file: {issue}"
+            )
+        if not isinstance(source, dict):
+            assert str(source) in str(exc), "a file's errors name the file"
         assert "Traceback" not in str(exc)
 
 

@@ -191,3 +191,21 @@ def test_alerts_histograms_and_run_end_summary(tmp_path):
     assert set(summary["function_importance"]) == {"check_answer", "format_exact"}
     assert summary["reward_hacking"]["detected"] is True  # KL grows while reward falls
     assert any("KL grew" in r for r in summary["reward_hacking"]["reasons"])
+
+
+def test_alerts_see_other_plugins_step_end_metrics(tmp_path):
+    # source_metrics returns source/<name>/reward from its own on_step_end; the monitor runs last
+    cfg = load_config({
+        "run": {"name": "mon2", "out_dir": str(tmp_path)},
+        "rewards": [{"name": "reward_monitor", "alerts": [
+            {"metric": "source/s/reward", "condition": "less", "threshold": 100.0, "level": "warning"}]},
+            "source_metrics"],
+    })
+    m = RunManager(cfg)
+    m.start()
+    batch = traj(GEN1["rewards"], GEN1["f1"], GEN1["f2"])
+    m.rewards_computed(1, batch)
+    out = m.step_end(1, batch, {})
+    assert out["source/s/reward"] == pytest.approx(np.mean(GEN1["rewards"]))
+    assert out["alerts/warning"] == 1 and out["alerts/count"] == 1
+    m.end("success")

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from rlhooks import Batch
-from rlhooks.plugins.rewards import source_metrics as SM
-from rlhooks.plugins.rewards.source_metrics import SourceMetrics, SourceMetricsOptions, factorize
+from rlhooks.core import batch as SM
+from rlhooks.core.batch import factorize
+from rlhooks.plugins.rewards.source_metrics import SourceMetrics, SourceMetricsOptions
 
 
 def batch(sources, rewards, acc=None):
@@ -106,3 +107,13 @@ def test_factorize_orders_by_first_appearance_and_falls_back_for_many_labels(mon
     assert names.tolist() == ["b", "a", "c"] and codes.tolist() == [0, 1, 1, 0, 2, 1]
     names, codes = factorize(np.zeros(0, dtype=object))
     assert len(names) == 0 and len(codes) == 0
+
+
+def test_factorize_nan_and_mixed_type_labels():
+    # NaN != NaN: the scan would never advance on it; mixed str/None/float cannot be sorted as is
+    names, codes = factorize(np.array(["a", np.nan, None, "a", np.nan], dtype=object))
+    assert names.tolist() == ["a", "nan", "None"] and codes.tolist() == [0, 1, 2, 0, 1]
+    names, codes = factorize(np.array([2.0, np.nan, 2.0, np.nan]))
+    assert codes.tolist() == [0, 1, 0, 1] and names[0] == 2.0 and np.isnan(names[1])
+    out = SourceMetrics().on_step_end(step=1, batch=batch(np.array(["a", None, "a"], dtype=object), [1.0, 2.0, 3.0]))
+    assert out == {"source/a/count": 2, "source/a/reward": 2.0, "source/None/count": 1, "source/None/reward": 2.0}

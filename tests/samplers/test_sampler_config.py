@@ -232,3 +232,10 @@ def test_from_parquet_bad_rows(tmp_path) -> None:
     with pytest.raises(DataError, match="no extra_info.complexity_score column"):
         TimeCurriculumSampler.from_parquet(path, batch_size=2)
     assert len(MultiSourceSampler.from_parquet(path, batch_size=2)) == 2
+
+
+def test_from_parquet_without_data_source_column(tmp_path) -> None:
+    path = tmp_path / "nosource.parquet"
+    pq.write_table(pa.table({"source": ["iftrain", "logicif"], "prompt": ["p", "q"]}), path)
+    with pytest.raises(DataError, match=r"no 'data_source' column \(columns: prompt, source\)"):
+        MultiSourceSampler.from_parquet(path, batch_size=2)

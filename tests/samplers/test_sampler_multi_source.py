@@ -294,3 +294,56 @@ def test_bad_option_values(data: DatasetColumns, key: str, value: object, msg: s
     with pytest.raises(ConfigError) as err:
         MultiSourceSampler({key: value}, data, batch_size=2)
     assert f"sampler.{key}" in str(err.value) and msg in str(err.value)
+
+
+def test_feedback_means_with_unordered_sources_match_a_loop(data: DatasetColumns) -> None:
+    """Source labels in any order and dtype (here numpy str, shuffled) map to the right EMAs."""
+    rng = np.random.default_rng(4)
+    src = rng.choice(np.array(["iftrain", "logicif", "other"]), 500)
+    reward = rng.normal(size=500)
+    reward[::17] = np.nan
+    s = MultiSourceSampler({}, data, batch_size=4)
+    s.on_rewards_computed(1, Batch({"data_source": src, "reward": reward}))
+    for name in ("iftrain", "logicif"):
+        vals = [r for x, r in zip(src.tolist(), reward.tolist()) if x == name and math.isfinite(r)]
+        assert s.reward_ema[name] == pytest.approx(sum(vals) / len(vals))
+    assert set(s.reward_ema) == {"iftrain", "logicif"}
+
+
+def test_per_batch_counts_within_two_rows_of_the_weights() -> None:
+    """README: running totals within one row of the exact share, a single batch within two."""
+    names = tuple(f"s{i}" for i in range(7))
+    data = two_sources(n_each=300, names=names)
+    weights = dict(zip(names, [1.0, 2.0, 3.0, 0.5, 0.7, 1.3, 2.9]))
+    s = MultiSourceSampler({"source_weights": weights}, data, batch_size=37, seed=0)
+    share = np.array(list(weights.values())) / sum(weights.values())
+    stream, total = Stream(s), np.zeros(len(names))
+    for b in range(1, 41):
+        c = counts(data, stream.take(37))
+        got = np.array([c.get(n, 0) for n in names])
+        total += got
+        assert np.abs(got - 37 * share).max() < 2.0
+        assert np.abs(total - b * 37 * share).max() < 1.0 + 1e-9
+
+
+def test_feedback_rows_without_a_usable_source_name_are_ignored(data: DatasetColumns) -> None:
+    s = MultiSourceSampler({}, data, batch_size=4)
+    src = np.array(["iftrain", None, np.nan, "logicif"], dtype=object)
+    m = s.on_rewards_computed(1, Batch({"data_source": src, "reward": np.array([1.0, 5.0, 6.0, 2.0])}))
+    assert s.reward_ema == {"iftrain": 1.0, "logicif": 2.0} and m["sampler/nan_rewards"] == 0
+
+
+def test_huge_finite_rewards_never_poison_the_weights(data: DatasetColumns) -> None:
+    # sums of rewards near the float limit overflow; such a source mean is skipped, and the softmax
+    # over extreme EMAs stays a distribution (it gave NaN weights before)
+    s = MultiSourceSampler({"adaptive_weights": True, "update_frequency": 1, "temperature": 0.01}, data, batch_size=20)
+    idx = Stream(s).take(20)
+    s.on_rewards_computed(1, trajectories(data, idx, lambda src, i: np.where(src == "iftrain", 1e308, -1e308)))
+    w = np.array(list(s.weights.values()))
+    assert np.isfinite(w).all() and (w >= 0).all() and math.isclose(w.sum(), 1.0)
+    assert s.reward_ema == {}  # both per-source sums overflowed: nothing observed
+    s.on_rewards_computed(2, trajectories(data, idx, lambda src, i: np.where(src == "iftrain", 1e306, -1e306)))
+    assert s.reward_ema == pytest.approx({"iftrain": 1e306, "logicif": -1e306})
+    w = s.weights
+    assert np.isfinite(list(w.values())).all() and math.isclose(sum(w.values()), 1.0)
+    assert w["logicif"] == pytest.approx(0.75) and w["iftrain"] == pytest.approx(0.25)  # max_source_ratio 3  # the lower-reward source still gets the larger weight

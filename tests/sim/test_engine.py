@@ -212,3 +212,41 @@ def test_simulate_options_are_validated_with_paths(tmp_path):
     assert "simulate.sources" in msg and "nope" in msg
     assert "learning_rat" in msg and "learning_rate" in msg
     assert math.isclose(load_sim_config({"simulate": {"learner": {"sharpness": "5"}}}).extra["simulate"].learner.sharpness, 5.0)
+
+
+@pytest.mark.parametrize("sampler, marks", [
+    ({"name": "multi_source", "source_weights": {"chain": 2.0}, "adaptive_weights": True, "update_frequency": 1},
+     ["sampler/weight/chain", "sampler/reward_ema/chain"]),
+    ({"name": "time_curriculum", "complexity_source": "chain", "complexity_warmup_steps": 3},
+     ["curriculum/level", "curriculum/percentile", "curriculum/num_items"]),
+])
+def test_the_other_builtin_samplers_fire(small_data, tmp_path, sampler, marks):
+    """The built-ins the default config does not use: the other two samplers."""
+    _, rec = _run(small_config(tmp_path, sampler=sampler, filters=["dapo"]), small_data, tmp_path / sampler["name"])
+    for step, metrics in rec.metrics.items():
+        missing = [m for m in marks if m not in metrics]
+        assert not missing, f"step {step}: {sampler['name']} left no {missing}"
+    if sampler["name"] == "time_curriculum":  # the pool grows with the steps
+        assert rec.metrics[6]["curriculum/num_items"] > rec.metrics[1]["curriculum/num_items"]
+
+
+def test_console_and_wandb_backends_fire(small_data, tmp_path, capsys, monkeypatch):
+    """The two backends the default-config test does not read back: console (stdout) and W&B (offline)."""
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = small_config(tmp_path, run={"steps": 3}, samples=[{"name": "top_bottom_k", "k": 1}], backends=[
+        {"name": "console", "keys": ["sim/accuracy/mean"], "max_text": 40},
+        {"name": "wandb", "mode": "offline", "project": "rlhooks-sim-test", "settings": {"console": "off"}},
+    ])
+    make_engine(cfg, small_data, tmp_path / "wb").run()
+    out = capsys.readouterr().out
+    for step in (1, 2, 3):
+        assert f"step {step} | sim/accuracy/mean " in out
+    assert out.count("── samples/top_bottom_k · step ") == 3 and "run ended: success" in out
+    (run_file,) = (tmp_path / "wb" / "wandb").glob("offline-run-*/run-*.wandb")
+    assert run_file.stat().st_size > 0
+    # one incremental W&B table increment per step, each with the step's top and bottom row
+    tables = sorted((tmp_path / "wb" / "wandb").glob("offline-run-*/files/media/table/samples/top_bottom_k_*.table.json"))
+    assert len(tables) == 3
+    for t in tables:
+        data = json.loads(t.read_text())
+        assert [row[data["columns"].index("selection")] for row in data["data"]] == ["top", "bottom"]

@@ -83,3 +83,34 @@ def test_unknown_filter_is_reported_before_ray(tmp_path, capsys):
     yaml_file.write_text("filters: [dapoo]\n")
     assert rlhooks_main(["train", "--config", str(yaml_file), "--dry-run"]) == 1
     assert "filters[0]" in capsys.readouterr().err
+
+
+def test_gpu_smoke_config_passes_verls_own_validation(tmp_path):
+    """scripts/gpu_smoke.yaml must get past verl's validate_config (what `run` checks before Ray)."""
+    from pathlib import Path
+
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    smoke = Path(__file__).resolve().parents[2] / "scripts" / "gpu_smoke.yaml"
+    cfg = build_config(str(smoke), [
+        f"data.train_files={tmp_path}/train.parquet", f"data.val_files={tmp_path}/test.parquet",
+        "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct", f"trainer.default_local_dir={tmp_path}/ckpt",
+        f"rlhooks.run.out_dir={tmp_path}/runs", "trainer.total_training_steps=2",
+    ])
+    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    assert [f.name for f in rlhooks_config(cfg).filters] == ["dapo"]
+
+
+def test_verl_plugins_entry_point_configures_worker_logging():
+    """`import verl` loads rlhooks' verl.plugins entry point, which follows RLHOOKS_LOG_JSON (as Ray workers do)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = "import verl, structlog; structlog.get_logger('rlhooks.test').warning('from a worker', k=1)"
+    env = {**os.environ, "RLHOOKS_LOG_JSON": "1", "VERL_USE_EXTERNAL_PLUGINS": "auto"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
+    lines = [ln for ln in (out.stdout + out.stderr).splitlines() if "from a worker" in ln]
+    assert len(lines) == 1 and json.loads(lines[0])["k"] == 1  # JSON: the entry point configured structlog

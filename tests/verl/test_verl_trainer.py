@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -32,10 +33,10 @@ def data_file(tmp_path_factory) -> Path:
     return write_dataset(tmp_path_factory.mktemp("data") / "train.parquet", rows=60)
 
 
-def verl_config(data_file: Path, out: Path, steps: int, rlhooks: dict, *extra: str):
+def verl_config(data_file: Path, out: Path, steps: int, rlhooks: dict, *extra: str, gen_bs: int = GEN_BS):
     cfg = compose_verl_config([
         f"data.train_files={data_file}", f"data.val_files={data_file}",
-        f"data.train_batch_size={TRAIN_BS}", f"data.gen_batch_size={GEN_BS}", "data.dataloader_num_workers=0",
+        f"data.train_batch_size={TRAIN_BS}", f"data.gen_batch_size={gen_bs}", "data.dataloader_num_workers=0",
         "data.filter_overlong_prompts=false", "data.shuffle=false", "data.seed=7",
         f"actor_rollout_ref.rollout.n={N}", "algorithm.adv_estimator=grpo",
         "actor_rollout_ref.actor.use_kl_loss=false", "algorithm.use_kl_in_reward=false",
@@ -67,7 +68,9 @@ LEGACY_SAMPLER = ("+data.sampler.class_name=StepSampler", "+data.sampler.class_p
 
 def test_fit_runs_hooks_in_order_with_dapo_accumulation(tmp_path, data_file, tokenizer, capsys):
     rec = Recorder()
-    cfg = verl_config(data_file, tmp_path, 3, DAPO)
+    # 5 prompts per generation batch: 1 or 2 'mixed' groups each, so a step can overshoot 4 and trims
+    gen_bs = 5
+    cfg = verl_config(data_file, tmp_path, 3, {**DAPO, "backends": ["jsonl"]}, gen_bs=gen_bs)  # + a real backend
     trainer = make_trainer(cfg, tokenizer, rec)
     trainer.fit()
 
@@ -84,16 +87,21 @@ def test_fit_runs_hooks_in_order_with_dapo_accumulation(tmp_path, data_file, tok
         assert generation_numbers == list(range(1, gens + 1))
     # only 'mixed' prompts have reward variance, so a step needs several generation batches
     assert max(rec.logged[s]["train/num_gen_batches"] for s in (1, 2, 3)) >= 2
+    # ... and more groups can survive than train: the surplus is trimmed (counted, not trained)
+    for step in (1, 2, 3):
+        logged = rec.logged[step]
+        assert logged["filter/kept_groups"] - logged["filter/trained_groups"] == logged["filter/discarded_surplus"]
+    assert any(rec.logged[s]["filter/discarded_surplus"] > 0 for s in (1, 2, 3))
 
     # prompts: dataset rows (not extra_info.index) with their sources and decoded prompt text
     sampled = rec.of("on_batch_sampled")
     first = sampled[0]
-    assert first[3] == [0, 1, 2, 3]  # shuffle=false: SequentialSampler rows
-    assert first[4] == ["easy", "hard", "mixed", "easy"]
+    assert first[3] == [0, 1, 2, 3, 4]  # shuffle=false: SequentialSampler rows
+    assert first[4] == ["easy", "hard", "mixed", "easy", "hard"]
     assert first[5][0] == "easy what is 0 plus 1"
     # rewards hook: one row per trajectory, text not decoded unless asked
     rewards = rec.of("on_rewards_computed")
-    assert all(e[3] == GEN_BS * N for e in rewards)
+    assert all(e[3] == gen_bs * N for e in rewards)
     assert "response" not in rewards[0][4] and "prompt" not in rewards[0][4]
 
     # trimmed exactly to train_batch_size groups of n, all with reward variance; GRPO advantages
@@ -127,6 +135,14 @@ def test_fit_runs_hooks_in_order_with_dapo_accumulation(tmp_path, data_file, tok
             m = re.search(rf"{re.escape(key)}:([-0-9.e]+)", line)
             assert m is not None, f"{key} missing from verl's console line for step {step}"
             assert float(m.group(1)) == pytest.approx(logged[key], rel=1e-3)
+    # the same merged metrics in the jsonl backend's file (written on its dispatch thread)
+    records = [json.loads(x) for x in (tmp_path / "runs" / "shim-test" / "metrics.jsonl").read_text().splitlines()]
+    by_step = {r["step"]: r["metrics"] for r in records if r["kind"] == "metrics"}
+    assert sorted(by_step) == [1, 2, 3] and records[-1]["kind"] == "run_end"
+    for step in (1, 2, 3):
+        for key in ("source/mixed/reward", "source/easy/reward", "train/num_gen_batches", "filter/trained_groups",
+                    "critic/score/mean", "actor/pg_loss"):
+            assert by_step[step][key] == pytest.approx(rec.logged[step][key]), (step, key)
     # verl's own data metrics are computed on the trained (filtered) batch: mixed groups only
     assert rec.logged[1]["critic/score/mean"] == pytest.approx(0.5)
 

@@ -2,6 +2,10 @@
 
     step 12 | rewards/mean 0.5123 | source/gsm8k/reward 0.6 | filter/kept_ratio 0.75 | … +41 more
 
+A line ``run <name> started; output in <run_dir>`` opens the run and ``run ended: <status>``
+closes it. While a tqdm progress bar is on screen (``rlhooks simulate``, verl's fit loop), lines
+are written with ``tqdm.write`` so they appear above the bar instead of being glued to it.
+
 Tables print as one indented JSON object per row, long text cut to ``max_text`` characters::
 
     ── samples/top_bottom_k · step 12 · 4 rows ──
@@ -64,6 +68,18 @@ class ConsoleBackend:
         # looked up per call so a redirected sys.stdout (pytest, notebooks) is honoured
         return sys.stdout if self.options.stream == "stdout" else sys.stderr
 
+    def _emit(self, text: str) -> None:
+        out = self._out()
+        tqdm_mod = sys.modules.get("tqdm")
+        bar_cls = getattr(tqdm_mod, "tqdm", None)
+        if bar_cls is not None and getattr(bar_cls, "_instances", None):
+            # a progress bar (rlhooks simulate, verl's fit) is on screen: print above it, not into it
+            bar_cls.write(text, file=out)
+            out.flush()
+            return
+        out.write(text + "\n")
+        out.flush()
+
     def _select(self, metrics: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], int]:
         if not self.options.keys:
             names = sorted(metrics)
@@ -99,20 +115,20 @@ class ConsoleBackend:
         return "\n".join(lines)
 
     @hookimpl
+    def on_run_start(self, run: Any) -> None:
+        self._emit(f"run {run.name} started; output in {run.run_dir}")
+
+    @hookimpl
     def log_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
         if step != 1 and step % self.options.interval:
             return
-        out = self._out()
-        out.write(self.format_metrics(step, metrics) + "\n")
-        out.flush()
+        self._emit(self.format_metrics(step, metrics))
 
     @hookimpl
     def log_table(self, step: int, name: str, rows: list[dict[str, Any]]) -> None:
         if not self.options.tables:
             return
-        out = self._out()
-        out.write(self.format_table(step, name, rows) + "\n")
-        out.flush()
+        self._emit(self.format_table(step, name, rows))
 
     @hookimpl
     def log_histogram(self, step: int, name: str, values: np.ndarray) -> None:
@@ -125,12 +141,8 @@ class ConsoleBackend:
                     f"min={_fmt(float(v.min()), d)} max={_fmt(float(v.max()), d)}")
         else:
             text = "n=0"
-        out = self._out()
-        out.write(f"step {step} | {name} {text}\n")
-        out.flush()
+        self._emit(f"step {step} | {name} {text}")
 
     @hookimpl
     def on_run_end(self, status: str) -> None:
-        out = self._out()
-        out.write(f"run ended: {status}\n")
-        out.flush()
+        self._emit(f"run ended: {status}")

@@ -10,6 +10,9 @@ A threshold alert fires on a step whose metric is ``less`` / ``greater`` than ``
 A trend alert fires when the least-squares slope (per step) of the metric's last ``window``
 values is below ``min_slope`` or above ``max_slope``; it needs ``window`` values first.
 A metric missing from a step is skipped for that step (a trend keeps its earlier values).
+The monitor's ``on_step_end`` runs last (``trylast``), so alerts see every metric of the step:
+the engine's, the filters', what plugins returned from ``on_batch_sampled`` /
+``on_rewards_computed`` and from their own ``on_step_end`` (e.g. ``source/<name>/...``).
 Short names are accepted: ``signal_to_noise`` means ``rewards/signal_to_noise``;
 ``mean_reward`` means ``rewards/mean``.
 """

@@ -43,8 +43,8 @@ import attrs
 import numpy as np
 import structlog
 
-from rlhooks.core.batch import ADVANTAGE, REWARD, REWARD_FN_PREFIX, Batch
-from rlhooks.core.hookspecs import hookimpl
+from rlhooks import Batch, hookimpl
+from rlhooks.core.batch import ADVANTAGE, REWARD, REWARD_FN_PREFIX
 from rlhooks.core.run import RunContext
 from rlhooks.plugins.rewards.alerts import AlertManager, AlertSpec
 from rlhooks.plugins.rewards.analyzer import AnalyzerError, RewardAnalyzer
@@ -163,7 +163,7 @@ class RewardMonitor:
         self._add_rows(batch)
         return None
 
-    @hookimpl
+    @hookimpl(trylast=True)  # last: ``metrics`` then holds every other plugin's step metrics for alerts
     def on_step_end(self, step: int, batch: Batch, metrics: Mapping[str, float]) -> dict[str, float]:
         if self.options.stats_on == "trained" or self._step != step or not self._rewards:
             self._reset(step)  # also an engine that never called on_rewards_computed

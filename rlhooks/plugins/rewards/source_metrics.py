@@ -24,8 +24,8 @@ from typing import Any
 import attrs
 import numpy as np
 
-from rlhooks.core.batch import DATA_SOURCE, REWARD, Batch
-from rlhooks.core.hookspecs import hookimpl
+from rlhooks import Batch, hookimpl
+from rlhooks.core.batch import DATA_SOURCE, REWARD, factorize
 
 ACC = "acc"
 
@@ -39,46 +39,6 @@ class SourceMetricsOptions:
 
 
 #: above this many distinct labels factorize() sorts instead of scanning once per label
-MAX_SCAN_LABELS = 64
-
-
-def factorize(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct labels in order of first appearance, code per row).
-
-    Sources come in long runs (a group's rows share one) and are few, so: run-length encode
-    (one vectorized comparison), then label the run heads with one comparison per distinct
-    label. ``np.unique`` on object strings sorts with Python comparisons and is ~20x slower;
-    it is the fallback when there are many labels.
-    """
-    labels = np.asarray(labels)
-    n = len(labels)
-    if n == 0:
-        return labels[:0], np.zeros(0, np.int64)
-    boundary = np.empty(n, dtype=bool)
-    boundary[0] = True
-    np.not_equal(labels[1:], labels[:-1], out=boundary[1:])
-    starts = np.flatnonzero(boundary)
-    heads = labels[starts]
-    head_codes = np.full(len(heads), -1, dtype=np.int64)
-    names = []
-    left = np.arange(len(heads))
-    while len(left):  # one pass per distinct label
-        if len(names) >= MAX_SCAN_LABELS:
-            uniq, first, inv = np.unique(labels, return_index=True, return_inverse=True)
-            order = np.argsort(first, kind="stable")
-            rank = np.empty_like(order)
-            rank[order] = np.arange(len(order))
-            return uniq[order], rank[inv.ravel()].astype(np.int64)
-        same = heads[left] == heads[left[0]]
-        head_codes[left[same]] = len(names)
-        names.append(heads[left[0]])
-        left = left[~same]
-    out = np.empty(len(names), dtype=labels.dtype)
-    out[:] = names
-    run_lengths = np.diff(starts, append=n)
-    return out, np.repeat(head_codes, run_lengths)  # cheaper than a cumsum over the boundaries
-
-
 def source_sums(batch: Batch, source_column: str = DATA_SOURCE) -> dict[str, np.ndarray]:
     """Per-source sums for one batch: names, count, and (sum, finite count) of reward and acc."""
     names, codes = factorize(batch[source_column])

@@ -186,7 +186,8 @@ def weight_bounds(n_sources: int, max_ratio: float) -> tuple[float, float]:
 
 def softmax_weights(ema: np.ndarray, temperature: float) -> np.ndarray:
     """softmax(-ema / temperature): lower reward, higher weight (shifted for stability)."""
-    z = -np.asarray(ema, dtype=np.float64) / temperature
-    z -= z.max()
+    ema = np.asarray(ema, dtype=np.float64)
+    with np.errstate(over="ignore"):  # shift first: z <= 0, the lowest EMA gets exp(0) = 1
+        z = -(ema - ema.min()) / temperature
     e = np.exp(z)
     return e / e.sum()

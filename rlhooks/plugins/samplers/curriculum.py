@@ -271,7 +271,7 @@ class RewardCurriculumSampler(_CurriculumMixin):
     def _after_feedback(self, step: int, means: np.ndarray, counts: np.ndarray) -> None:
         o = self.options
         c = self._cur
-        if counts[c] > 0:
+        if counts[c] > 0 and np.isfinite(means[c]):
             x = float(means[c])
             self._cur_ema = x if self._cur_ema is None else o.reward_alpha * x + (1 - o.reward_alpha) * self._cur_ema
         self._batches_at_level += 1

@@ -32,10 +32,10 @@ import attrs
 import numpy as np
 import structlog
 
-from rlhooks.core.batch import Batch
+from rlhooks import Batch, hookimpl
+from rlhooks.core.batch import factorize
 from rlhooks.core.components import Sampler
 from rlhooks.core.data import DataError, DatasetColumns
-from rlhooks.core.hookspecs import hookimpl
 from rlhooks.plugins.samplers._draw import (
     Pools,
     clamp_ratio,
@@ -317,8 +317,9 @@ class MultiSourceSampler(Sampler):
         if n_unknown and self._unknown_total == n_unknown:
             log.warning(f"[{self.name}] feedback rows from sources this sampler does not sample are ignored",
                         rows=n_unknown, step=step)
-        seen = counts > 0
-        means = np.divide(sums, counts, out=np.full(len(sums), np.nan), where=seen)
+        with np.errstate(over="ignore", invalid="ignore"):
+            means = np.divide(sums, counts, out=np.full(len(sums), np.nan), where=counts > 0)
+        seen = (counts > 0) & np.isfinite(means)  # a sum of huge finite rewards may overflow: skip it
         a = self.options.alpha
         first = seen & (self._ema_count == 0)
         upd = seen & ~first
@@ -344,9 +345,10 @@ class MultiSourceSampler(Sampler):
         if len(batch) == 0:
             return np.zeros(n), np.zeros(n, np.int64), 0, 0
         reward = np.asarray(batch["reward"], dtype=np.float64)
-        names, inverse = np.unique(np.asarray(batch["data_source"]).astype(str), return_inverse=True)
-        lut = np.array([self._name_to_active.get(str(nm), -1) for nm in names], dtype=np.int64)
-        code = lut[inverse.ravel()]
+        # run-length factorization: ~20x cheaper than np.unique on object strings (a sort)
+        names, inverse = factorize(np.asarray(batch["data_source"]))
+        lut = np.array([self._name_to_active.get(str(nm), -1) for nm in names.tolist()], dtype=np.int64)
+        code = lut[inverse]
         finite = np.isfinite(reward)
         ok = finite & (code >= 0)
         sums = np.bincount(code[ok], weights=reward[ok], minlength=n)
@@ -357,7 +359,7 @@ class MultiSourceSampler(Sampler):
         ema = self._ema.copy()
         if not np.isfinite(ema).any():
             return  # nothing observed yet: keep the current weights
-        ema[~np.isfinite(ema)] = np.nanmean(ema)  # unobserved sources count as average
+        ema[~np.isfinite(ema)] = ema[np.isfinite(ema)].mean()  # unobserved sources count as average
         o = self.options
         self._weights = clamp_ratio(softmax_weights(ema, o.temperature), o.max_source_ratio)
         log.info(f"[{self.name}] Batch {self._feedback} - Weight adjustment:")
