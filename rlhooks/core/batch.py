@@ -247,10 +247,7 @@ class GroupIndex:
             return cls(e, keys[:0], e, True)
         # Fast path: engines emit each group's rows contiguously (verl repeats interleaved),
         # so run boundaries are the groups when the run heads are all distinct.
-        boundary = np.empty(n, dtype=bool)
-        boundary[0] = True
-        np.not_equal(keys[1:], keys[:-1], out=boundary[1:])
-        starts = np.flatnonzero(boundary)
+        starts = run_starts(keys)
         heads = keys[starts]
         if len(set(heads.tolist())) == len(heads):
             # repeat over run lengths: ~25x cheaper than a cumsum of the bool boundaries
@@ -306,6 +303,14 @@ class GroupIndex:
         return np.asarray(group_values)[self.codes]
 
 
+def run_starts(labels: np.ndarray) -> np.ndarray:
+    """Row numbers where a run of equal labels begins (one vectorized comparison)."""
+    boundary = np.empty(len(labels), dtype=bool)
+    boundary[:1] = True
+    np.not_equal(labels[1:], labels[:-1], out=boundary[1:])
+    return np.flatnonzero(boundary)
+
+
 #: label scans before factorize() falls back to sorting
 MAX_SCAN_LABELS = 64
 
@@ -322,10 +327,7 @@ def factorize(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n = len(labels)
     if n == 0:
         return labels[:0], np.zeros(0, np.int64)
-    boundary = np.empty(n, dtype=bool)
-    boundary[0] = True
-    np.not_equal(labels[1:], labels[:-1], out=boundary[1:])
-    starts = np.flatnonzero(boundary)
+    starts = run_starts(labels)
     heads = labels[starts]
     head_codes = np.full(len(heads), -1, dtype=np.int64)
     names = []

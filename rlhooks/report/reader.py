@@ -8,7 +8,6 @@ same step winning. A last line without its newline (the run is still writing) is
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import numpy as np
 import structlog
 
 from rlhooks.core.errors import RLHooksError
+from rlhooks.plugins.backends.jsonl import read_records
 
 log = structlog.get_logger("rlhooks.report")
 
@@ -81,21 +81,11 @@ def load_run(run_dir: str | Path) -> RunData:
     run = RunData(name=path.parent.name, path=path)
     cols: dict[str, tuple[list[int], list[float]]] = {}
     steps_seen: set[int] = set()
-    with path.open("r", encoding="utf-8") as fh:
-        lines = fh.read().split("\n")
-    # the text after the last newline is an unfinished line (or empty)
-    for lineno, line in enumerate(lines[:-1], 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
+    for lineno, rec in read_records(path):
+        if rec is None:
             run.skipped_lines += 1
             if run.skipped_lines == 1:
-                log.warning("skipping a line that is not JSON", file=str(path), line=lineno, error=str(exc))
-            continue
-        if not isinstance(rec, dict):
-            run.skipped_lines += 1
+                log.warning("skipping a line that is not a JSON object", file=str(path), line=lineno)
             continue
         kind = rec.get("kind")
         if kind == "metrics":

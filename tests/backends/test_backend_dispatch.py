@@ -20,7 +20,7 @@ from rlhooks.core.manager import MAX_CONSECUTIVE_FAILURES
 
 
 @pytest.fixture
-def test_backends(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def installed_test_backends(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     site = tmp_path_factory.mktemp("site")
     helpers.install(site)
     monkeypatch.syspath_prepend(str(site))
@@ -45,7 +45,7 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_slow_backend_does_not_stall_training_and_loses_nothing(test_backends, tmp_path: Path) -> None:
+def test_slow_backend_does_not_stall_training_and_loses_nothing(installed_test_backends, tmp_path: Path) -> None:
     m = _manager(tmp_path, [{"name": "test_slow", "delay_s": 0.1}, "jsonl"])
     slow = _obj(m, "test_slow")
     per_step = []
@@ -70,7 +70,7 @@ def test_slow_backend_does_not_stall_training_and_loses_nothing(test_backends, t
     assert sum(1 for r in _jsonl(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "metrics") == 200
 
 
-def test_raising_backend_is_isolated_and_disabled(test_backends, tmp_path: Path) -> None:
+def test_raising_backend_is_isolated_and_disabled(installed_test_backends, tmp_path: Path) -> None:
     m = _manager(tmp_path, ["test_raising", "test_counting", "jsonl"])
     with structlog.testing.capture_logs() as logs, m.running():
         for step in range(1, 51):
@@ -90,7 +90,7 @@ def test_raising_backend_is_isolated_and_disabled(test_backends, tmp_path: Path)
     assert records[-1] == {**records[-1], "kind": "run_end", "status": "success"}
 
 
-def test_on_error_raise_surfaces_in_training_thread(test_backends, tmp_path: Path) -> None:
+def test_on_error_raise_surfaces_in_training_thread(installed_test_backends, tmp_path: Path) -> None:
     m = _manager(tmp_path, [{"name": "test_raising", "on_error": "raise"}])
     with pytest.raises(rlhooks.PluginError, match="test_raising.*backend down at step 1"):
         with m.running():
@@ -99,7 +99,7 @@ def test_on_error_raise_surfaces_in_training_thread(test_backends, tmp_path: Pat
             m.log_metrics(2, {"a": 2})  # the worker's error is raised at the next call
 
 
-def test_full_queue_makes_producer_wait_and_drops_nothing(test_backends, tmp_path: Path) -> None:
+def test_full_queue_makes_producer_wait_and_drops_nothing(installed_test_backends, tmp_path: Path) -> None:
     m = _manager(tmp_path, [{"name": "test_slow", "delay_s": 0.01, "queue_size": 2}])
     with structlog.testing.capture_logs() as logs, m.running():
         for step in range(1, 31):
@@ -110,7 +110,7 @@ def test_full_queue_makes_producer_wait_and_drops_nothing(test_backends, tmp_pat
     assert len(full) == 1 and full[0]["plugin"] == "test_slow"
 
 
-def test_hung_backend_is_reported_at_flush_and_others_complete(test_backends, tmp_path: Path) -> None:
+def test_hung_backend_is_reported_at_flush_and_others_complete(installed_test_backends, tmp_path: Path) -> None:
     m = _manager(tmp_path, [{"name": "test_hanging", "flush_timeout_s": 0.5}, "test_counting", "jsonl"])
     hanging = _obj(m, "test_hanging")
     try:

@@ -10,7 +10,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlhooks import ConfigError, load_config
+from rlhooks import Config, ConfigError, load_config
 from rlhooks.core.components import options_class
 from rlhooks.core.config import SECTIONS
 from rlhooks.core.registry import Registry
@@ -61,9 +61,10 @@ def documents(draw):
     return doc
 
 
-def check(source) -> None:
+def load_outcome(source) -> Config | ConfigError:
+    """The Config, or the ConfigError after checking every issue says where it is."""
     try:
-        load_config(source, registry=REGISTRY)
+        return load_config(source, registry=REGISTRY)
     except ConfigError as exc:
         assert exc.issues, "a ConfigError must list its issues"
         for issue in exc.issues:
@@ -76,12 +77,13 @@ def check(source) -> None:
         if not isinstance(source, dict):
             assert str(source) in str(exc), "a file's errors name the file"
         assert "Traceback" not in str(exc)
+        return exc
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents())
 def test_random_documents_give_config_or_config_error(doc):
-    check(doc)
+    assert isinstance(load_outcome(doc), (Config, ConfigError))
 
 
 @settings(max_examples=150, deadline=None)
@@ -89,7 +91,7 @@ def test_random_documents_give_config_or_config_error(doc):
 def test_random_yaml_values_as_whole_document(value, tmp_path_factory):
     path = tmp_path_factory.mktemp("fuzz") / "c.yaml"
     path.write_text(yaml.safe_dump(value))
-    check(path)
+    assert isinstance(load_outcome(path), (Config, ConfigError))
 
 
 @settings(max_examples=150, deadline=None)
@@ -97,4 +99,4 @@ def test_random_yaml_values_as_whole_document(value, tmp_path_factory):
 def test_random_text_files(text, tmp_path_factory):
     path = tmp_path_factory.mktemp("fuzz") / "c.yaml"
     path.write_text(text, encoding="utf-8")
-    check(path)
+    assert isinstance(load_outcome(path), (Config, ConfigError))

@@ -176,3 +176,13 @@ def test_resume_restores_sampler_state_and_continues_the_curriculum(tmp_path, da
     assert second.logged[3]["sampler/reward_rows"] == full.logged[3]["sampler/reward_rows"]
     assert second.logged[3]["sampler/reward_rows"] > rows_before > 0
     assert t2.rl.sampler.state_dict() == t_full.rl.sampler.state_dict()
+
+
+def test_remax_is_a_config_error_naming_the_key(tmp_path, data_file, tokenizer):
+    from rlhooks import ConfigError
+
+    cfg = verl_config(data_file, tmp_path, 1, {})
+    with open_dict(cfg):
+        cfg.algorithm.adv_estimator = "remax"
+    with pytest.raises(ConfigError, match=r"algorithm.adv_estimator: remax is not supported"):
+        make_trainer(cfg, tokenizer, Recorder())

@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from rlhooks.core.batch import REWARD_FN_PREFIX, Batch
 from rlhooks.core.driver import StepDriver
+from rlhooks.core.errors import ConfigError, ConfigIssue
 from rlhooks.core.manager import RunManager
 from rlhooks.engines.verl import adapter
 from rlhooks.engines.verl.config import rlhooks_config
@@ -99,10 +100,11 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         self._rlhooks_plugins = list(rlhooks_plugins)
         config = kwargs["config"] if "config" in kwargs else args[0]
         if config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
-            raise NotImplementedError(
-                "algorithm.adv_estimator=remax is not supported by the rlhooks trainer (its greedy baseline "
-                "generation is not wired into the accumulation loop); use verl's own trainer for ReMax."
-            )
+            raise ConfigError([ConfigIssue(
+                "algorithm.adv_estimator",
+                "remax is not supported by the rlhooks trainer (its greedy baseline generation is not wired "
+                "into the accumulation loop); use verl's own trainer for ReMax, or another estimator",
+            )], "verl config")
         self._epoch = 0
         self._batches: Iterator[dict[str, Any]] | None = None
         self._reward_metrics: dict[str, float] = {}

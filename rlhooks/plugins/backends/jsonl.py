@@ -24,7 +24,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,6 +42,27 @@ _PCTS = (5, 25, 50, 75, 95)
 #: characters str.splitlines() (and some JSON-lines readers) treat as line ends that json.dumps
 #: leaves raw with ensure_ascii=False; written escaped so one record is always one line
 _LINE_SEPARATORS = re.compile("[\x85\u2028\u2029]")
+
+
+def read_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """``(line number, record)`` for each complete line of a file this backend wrote.
+
+    The text after the last newline is a line still being written and is not returned. A line
+    that is not a JSON object gives ``None`` as its record, so each caller picks its own policy
+    (the analyzer refuses the file, the report skips the line). Blank lines are skipped.
+    """
+    with Path(path).open("r", encoding="utf-8") as fh:
+        lines = fh.read().split("\n")
+    if lines[-1].strip():
+        log.debug("ignoring an unfinished last line (run still writing?)", file=str(path), line=len(lines))
+    for lineno, line in enumerate(lines[:-1], 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            rec = None
+        yield lineno, rec if isinstance(rec, dict) else None
 
 
 def _nonfinite_name(v: float) -> str:

@@ -31,6 +31,7 @@ import structlog
 
 from rlhooks import Batch, hookimpl
 from rlhooks.core import batch as B
+from rlhooks.core.batch import run_starts
 from rlhooks.plugins.backends._common import non_negative, positive
 
 log = structlog.get_logger("rlhooks.backends")
@@ -95,11 +96,7 @@ def grouped_top_k_positions(values: np.ndarray, codes: np.ndarray, k: int) -> np
         return valid[grouped_top_k_positions(values[valid], codes[valid], k)]
     pos = np.arange(n)
     order = np.lexsort((pos, -values, codes))
-    sc = codes[order]
-    head = np.empty(n, dtype=bool)
-    head[0] = True
-    np.not_equal(sc[1:], sc[:-1], out=head[1:])
-    starts = np.flatnonzero(head)
+    starts = run_starts(codes[order])
     rank = pos - np.repeat(starts, np.diff(np.append(starts, n)))
     return order[rank < k]
 

@@ -26,7 +26,6 @@ coverage          avg over steps of (max_t - min_t) / (high - low), where (low, 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -35,6 +34,8 @@ from typing import Any
 import attrs
 import numpy as np
 import structlog
+
+from rlhooks.plugins.backends.jsonl import read_records
 
 log = structlog.get_logger("rlhooks.rewards.analyzer")
 
@@ -120,31 +121,20 @@ class RewardAnalyzer:
         p = Path(path)
         if p.is_dir():
             p = p / "metrics.jsonl"
+        history = []
         try:
-            text = p.read_text(encoding="utf-8")
+            for i, rec in read_records(p):
+                if rec is None:
+                    raise AnalyzerError(f"{p}:{i}: not valid JSON; is this an rlhooks metrics.jsonl?")
+                if rec.get("kind") != "metrics":
+                    continue
+                step, metrics = rec.get("step"), rec.get("metrics")
+                if not isinstance(step, int) or not isinstance(metrics, dict):
+                    raise AnalyzerError(f"{p}:{i}: a metrics line needs an integer 'step' and a 'metrics' object")
+                numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                history.append((step, numbers))
         except OSError as exc:
             raise AnalyzerError(f"cannot read metrics file {p}: {exc.strerror or exc}") from None
-        lines = text.split("\n")
-        if lines and lines[-1].strip():
-            log.warning("skipping an unfinished last line (run still writing?)", file=str(p), line=len(lines))
-        lines = lines[:-1]  # complete lines end with a newline
-        history = []
-        for i, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise AnalyzerError(
-                    f"{p}:{i}: not valid JSON ({exc.msg}); is this an rlhooks metrics.jsonl?"
-                ) from None
-            if not isinstance(rec, dict) or rec.get("kind") != "metrics":
-                continue
-            step, metrics = rec.get("step"), rec.get("metrics")
-            if not isinstance(step, int) or not isinstance(metrics, dict):
-                raise AnalyzerError(f"{p}:{i}: a metrics line needs an integer 'step' and a 'metrics' object")
-            numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            history.append((step, numbers))
         return cls(history, reward_range=reward_range)
 
     # -- series -------------------------------------------------------------------------

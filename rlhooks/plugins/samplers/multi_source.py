@@ -430,10 +430,11 @@ class MultiSourceSampler(Sampler):
         self._load_extra(state.get("extra") or {})
 
     def _extra_state(self) -> dict[str, Any]:
+        """State a subclass adds to ``state_dict()`` (the curricula: level, EMA, counters)."""
         return {}
 
     def _load_extra(self, state: Mapping[str, Any]) -> None:
-        pass
+        """Restore what ``_extra_state`` returned; the base sampler has none."""
 
     def __repr__(self) -> str:
         return f"{self.name}(sources={list(self.sources)}, batch_size={self.batch_size}, rows={self._epoch_len})"
