@@ -18,6 +18,7 @@ import rlhooks
 ENGINE_COMMANDS = (
     "rlhooks.engines.sim.cli",  # simulate, report
     "rlhooks.engines.verl.cli",  # train
+    "rlhooks.dashboard.cli",  # dashboard
 )
 
 
