@@ -35,7 +35,7 @@ import attrs
 import numpy as np
 import structlog
 
-from rlhooks.plugins.backends.jsonl import read_records
+from rlhooks.core.records import read_records
 
 log = structlog.get_logger("rlhooks.rewards.analyzer")
 
