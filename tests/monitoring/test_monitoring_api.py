@@ -161,14 +161,14 @@ def test_default_alert_switch_in_a_run(tmp_path):
             batch = Batch({"uid": np.repeat(np.arange(2), 4).astype(str), "reward": reward,
                            "reward_fn/check_answer": reward}, meta={"reward_functions": ["check_answer"]})
             m.rewards_computed(step, batch)
-            metrics = {"actor/ppo_kl": 0.5, "actor/entropy": 1.0}
+            metrics = {"actor/kl_loss": 0.5, "actor/entropy": 1.0}
             m.log_metrics(step, {**metrics, **m.step_end(step, batch, metrics)})
             m.dispatch_emitted()
     summary = json.loads((tmp_path / "defaults" / "reward_monitor.json").read_text())
     alerts = summary["alerts"]
     assert len(alerts["watching"]) >= 5  # the defaults that this run's metrics feed
     assert alerts["by_metric"]["rewards/std"] == {"count": 1, "first_step": 2, "last_step": 2}
-    assert alerts["by_metric"]["training/kl_divergence"]["count"] == 3  # actor/ppo_kl 0.5 > 0.2
+    assert alerts["by_metric"]["training/kl_divergence"]["count"] == 3  # actor/kl_loss (KL to the reference) 0.5 > 0.2
     never = {n["metric"]: n["did_you_mean"] for n in alerts["never_seen"]}
     assert never["kl_divergense"] == ["training/kl_divergence"]
     assert "filter/kept_ratio" in never  # no filter in this run

@@ -17,7 +17,9 @@ rewards/entropy                  Shannon entropy (nats) of a histogram of the re
 rewards/functions/<f>, <f>_std   mean and std of each function's unweighted score (reward_fn/<f>)
 contributions/<f>                100 * |w_f * mean_f| / sum_g |w_g * mean_g| (weights from the
                                  ``rewards:`` config, 1 when unknown)
-training/kl_divergence           engine metric actor/ppo_kl, else actor/kl_loss
+training/kl_divergence           KL to the reference policy: engine metric actor/kl_loss (verl's KL
+                                 loss), else actor/reward_kl_penalty (verl's in-reward KL)
+training/policy_update_kl        engine metric actor/ppo_kl: the old-to-new policy KL of the update
 training/policy_entropy          engine metric actor/entropy
 training/advantage_mean|std      over the trained batch's ``advantage`` column
 alerts/count|info|warning|critical, alerts/total   see alerts.py
@@ -52,7 +54,10 @@ from rlhooks.plugins.rewards.stats import function_stats, reward_stats
 
 log = structlog.get_logger("rlhooks.rewards.monitor")
 
-KL_KEYS = ("actor/ppo_kl", "actor/kl_loss")
+#: KL to the reference policy, in order of preference (the reward-hacking check reads it)
+KL_KEYS = ("actor/kl_loss", "actor/reward_kl_penalty")
+#: the PPO update's old-to-new KL: how far one step moved the policy, not the drift from the reference
+UPDATE_KL_KEY = "actor/ppo_kl"
 ENTROPY_KEY = "actor/entropy"
 
 
@@ -215,6 +220,8 @@ class RewardMonitor:
             if key in metrics:
                 out["training/kl_divergence"] = float(metrics[key])
                 break
+        if UPDATE_KL_KEY in metrics:
+            out["training/policy_update_kl"] = float(metrics[UPDATE_KL_KEY])
         if ENTROPY_KEY in metrics:
             out["training/policy_entropy"] = float(metrics[ENTROPY_KEY])
         if ADVANTAGE in batch and len(batch):
