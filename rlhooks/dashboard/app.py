@@ -156,8 +156,8 @@ def panel_quality(runs: list[RunTail]) -> None:
 def panel_dynamics(runs: list[RunTail]) -> None:
     st.header("Training dynamics")
     grid([
-        (lines(runs, fixed("training/kl_divergence"), "KL divergence", strip("training/")), "kl",
-         "No training/kl_divergence (the engine's actor/ppo_kl or actor/kl_loss)."),
+        (lines(runs, fixed("training/kl_divergence", "training/policy_update_kl"), "KL divergence", strip("training/")), "kl",
+         "No training/kl_divergence (KL to the reference: actor/kl_loss) nor training/policy_update_kl (actor/ppo_kl)."),
         (lines(runs, fixed("training/policy_entropy"), "policy entropy", strip("training/")), "policy_entropy",
          "No training/policy_entropy (the engine's actor/entropy)."),
         (lines(runs, fixed("training/advantage_mean", "training/advantage_std"), "advantages", strip("training/")),

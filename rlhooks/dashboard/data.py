@@ -1,8 +1,9 @@
 """Run data for the dashboard: incremental reading of ``metrics.jsonl`` into pandas frames.
 
-The record format is the ``jsonl`` backend's (one JSON object per line, ``kind`` = run_start,
+The record format is ``rlhooks.core.records``' (one JSON object per line, ``kind`` = run_start,
 metrics, table, histogram, run_end). A reader running while the run writes must ignore a last line
-without its newline; ``RunTail`` keeps the byte offset of the last complete line and on each
+without its newline. ``read_records`` reads a whole file; the dashboard re-reads every second or
+two, so ``RunTail`` instead keeps the byte offset of the last complete line and on each
 ``refresh`` parses only what was appended since (a file that shrank was rewritten: it starts over).
 """
 
@@ -16,7 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-METRICS_FILE = "metrics.jsonl"
+from rlhooks.core.metrics import split_source_key
+from rlhooks.core.records import METRICS_FILE
 #: run-end JSON files shown in the summary panel (reward monitor, simulator)
 SUMMARY_FILES = ("reward_monitor.json", "summary.json")
 ALERTS_TABLE = "alerts"
@@ -42,20 +44,6 @@ def find_metrics_file(run: str | Path) -> Path:
         f"{p}: no {METRICS_FILE} here; the dashboard reads what the 'jsonl' backend writes: "
         f"add 'jsonl' to the run's backends: list"
     )
-
-
-def split_source_key(key: str) -> tuple[str, str] | None:
-    """``source/<name>/<metric>`` -> (name, metric); <name> may contain '/', <metric> never does."""
-    try:
-        from rlhooks.core.metrics import split_source_key as core_split  # the shared helper, once it exists
-    except ImportError:
-        core_split = None
-    if core_split is not None:
-        return core_split(key)
-    if not key.startswith("source/"):
-        return None
-    parts = key[len("source/"):].rsplit("/", 1)
-    return (parts[0], parts[1]) if len(parts) == 2 and parts[0] and parts[1] else None
 
 
 class RunTail:

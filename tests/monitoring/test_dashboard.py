@@ -159,7 +159,7 @@ def test_every_panel_renders_with_data_overlays_runs_and_follows_appended_lines(
     functions = snap["functions"]
     assert functions["traces"][0] == 8 and "base · check_answer" in functions["text"] and "other · format_exact" in functions["text"]
     assert snap["quality"]["traces"] == [2, 2, 2]
-    assert sum(snap["dynamics"]["traces"]) == 2 * 4  # KL, policy entropy, advantage mean + std
+    assert sum(snap["dynamics"]["traces"]) == 2 * 5  # KL (reference, update), policy entropy, advantage mean + std
     assert all(s in snap["sources"]["text"] for s in ("arith_add", "arith_mul", "chain", "logic"))
     assert "sampling weight by source" in snap["sampler"]["text"] and "curriculum level" in snap["sampler"]["text"]
     assert "kept ratio" in snap["filter"]["text"]
