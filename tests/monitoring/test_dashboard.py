@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from monitoring_helpers import demo_config_with, simulate
+from conftest import DEMO_STEPS as STEPS
 
 pytest.importorskip("streamlit", reason="the dashboard extra is not installed (pip install 'rlhooks[dashboard]')")
 selenium = pytest.importorskip("selenium", reason="selenium is part of the test extra")
@@ -26,7 +26,7 @@ CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(
     not (CHROMIUM and CHROMEDRIVER), reason="Debian chromium + chromium-driver not installed (apt-get install chromium chromium-driver)")
 
-STEPS, LIVE_STEPS = 10, 5
+LIVE_STEPS = 5
 PANELS = ("overview", "functions", "quality", "dynamics", "sources", "sampler", "filter", "alerts", "samples", "raw")
 #: plots per panel (each drawn with at least one trace)
 PLOTS = {"overview": 1, "functions": 2, "quality": 3, "dynamics": 3, "sources": 4, "sampler": 4, "filter": 4, "alerts": 1}
@@ -54,23 +54,18 @@ def wait_for(what: str, check, timeout: float = WAIT_S, every: float = 0.5):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """A finished run ('base', with alerts that fire) and a live run ('other') cut at LIVE_STEPS."""
-    tmp = tmp_path_factory.mktemp("dash")
-    cfg = demo_config_with(tmp, monitor={"default_alerts": True, "alerts": [
-        {"metric": "kept_ratio", "condition": "less", "threshold": 0.9, "level": "warning",
-         "message": "DAPO keeps under 90% of the groups"}]})
-    base = simulate(tmp / "base", str(cfg), "--set", "run.name=base", steps=STEPS).parent / "base"
-    # the second run: the same records under another name, written line by line as a run would
-    lines = (base / "metrics.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+def runs(demo_run, tmp_path_factory):
+    """The shared finished run ('demo', with alerts that fire) and a live run ('other') cut at LIVE_STEPS:
+    the same records under another name, written line by line as a run would."""
+    lines = (demo_run / "metrics.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
     start = json.loads(lines[0])
     assert start["kind"] == "run_start"
     lines[0] = json.dumps({**start, "name": "other"}) + "\n"
     cut = next(i for i, line in enumerate(lines) if f'"step": {LIVE_STEPS + 1},' in line)
-    live = tmp / "live" / "other"
-    live.mkdir(parents=True)
+    live = tmp_path_factory.mktemp("live") / "other"
+    live.mkdir()
     (live / "metrics.jsonl").write_text("".join(lines[:cut]), encoding="utf-8")
-    return base, live, lines[cut:]
+    return demo_run, live, lines[cut:]
 
 
 @pytest.fixture(scope="module")
@@ -155,9 +150,9 @@ def test_every_panel_renders_with_data_overlays_runs_and_follows_appended_lines(
         assert snap[name]["displayed"], name
     # overlay: both runs in the overview table, the per-function chart has both runs' four functions
     overview = snap["overview"]["text"]
-    assert "base" in overview and "other" in overview and f"other: last step {LIVE_STEPS}, running" in overview
+    assert "demo" in overview and "other" in overview and f"other: last step {LIVE_STEPS}, running" in overview
     functions = snap["functions"]
-    assert functions["traces"][0] == 8 and "base · check_answer" in functions["text"] and "other · format_exact" in functions["text"]
+    assert functions["traces"][0] == 8 and "demo · check_answer" in functions["text"] and "other · format_exact" in functions["text"]
     assert snap["quality"]["traces"] == [2, 2, 2]
     assert sum(snap["dynamics"]["traces"]) == 2 * 5  # KL (reference, update), policy entropy, advantage mean + std
     assert all(s in snap["sources"]["text"] for s in ("arith_add", "arith_mul", "chain", "logic"))
