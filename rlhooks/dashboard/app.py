@@ -42,7 +42,7 @@ def _style(run_i: int, key_i: int, n_runs: int) -> dict[str, Any]:
     return {"color": PALETTE[key_i % len(PALETTE)], "dash": DASHES[run_i % len(DASHES)] if n_runs > 1 else "solid"}
 
 
-def lines(runs: list[RunTail], keys_of, title: str, label=lambda k: k, yaxis: str = "", height: int = 320) -> go.Figure | None:
+def lines(runs: list[RunTail], keys_of, title: str, label=lambda k: k, yaxis: str = "", height: int = 380) -> go.Figure | None:
     """A line chart of ``keys_of(run)`` for every run; None when no run has any of them."""
     fig = go.Figure()
     all_keys = sorted({k for r in runs for k in keys_of(r)})
@@ -60,7 +60,8 @@ def lines(runs: list[RunTail], keys_of, title: str, label=lambda k: k, yaxis: st
     if not fig.data:
         return None
     fig.update_layout(title=title, height=height, margin=dict(l=40, r=10, t=40, b=30), xaxis_title="step",
-                      yaxis_title=yaxis, legend=dict(font=dict(size=10)), hovermode="x unified")
+                      yaxis_title=yaxis, hovermode="x unified",
+                      legend=dict(font=dict(size=10), orientation="h", yanchor="top", y=-0.25))
     return fig
 
 

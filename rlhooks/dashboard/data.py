@@ -4,7 +4,7 @@ The record format is ``rlhooks.core.records``' (one JSON object per line, ``kind
 metrics, table, histogram, run_end). A reader running while the run writes must ignore a last line
 without its newline. ``read_records`` reads a whole file; the dashboard re-reads every second or
 two, so ``RunTail`` instead keeps the byte offset of the last complete line and on each
-``refresh`` parses only what was appended since (a file that shrank was rewritten: it starts over).
+``refresh`` parses only what was appended since (a file that shrank or was replaced is new: it starts over).
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ class RunTail:
         self.alert_rows: list[dict[str, Any]] = []
         self._max_tables = max_tables
         self._offset = 0
+        self._inode: int | None = None
         self._pending: list[dict[str, Any]] = []
         self._frame = pd.DataFrame({"step": pd.Series(dtype="int64")})
         self._lock = threading.Lock()
@@ -72,11 +73,13 @@ class RunTail:
         """Parse what was appended since the last call; True when something new arrived."""
         with self._lock:
             try:
-                size = self.path.stat().st_size
+                st = self.path.stat()
             except OSError as exc:
                 raise DashboardError(f"cannot read {self.path}: {exc.strerror or exc}") from None
-            if size < self._offset:  # rewritten from scratch
+            size = st.st_size
+            if size < self._offset or (self._inode is not None and st.st_ino != self._inode):  # a new file
                 self._reset()
+            self._inode = st.st_ino
             if size == self._offset:
                 return False
             with self.path.open("rb") as fh:
