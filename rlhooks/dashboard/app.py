@@ -69,7 +69,7 @@ def show(fig: go.Figure | None, key: str, missing: str) -> None:
     if fig is None:
         st.info(missing)
     else:
-        st.plotly_chart(fig, key=key, config={"displaylogo": False})
+        st.plotly_chart(fig, key=key, config={"displaylogo": False, "displayModeBar": "hover"})
 
 
 def grid(items: list[tuple[go.Figure | None, str, str]], cols: int = 2) -> None:
@@ -139,9 +139,9 @@ def panel_functions(runs: list[RunTail]) -> None:
 def panel_quality(runs: list[RunTail]) -> None:
     st.header("Quality")
     grid([
-        (lines(runs, fixed("rewards/signal_to_noise"), "signal-to-noise (|mean| / std)", strip("rewards/")),
+        (lines(runs, fixed("rewards/signal_to_noise"), "signal-to-noise", strip("rewards/")),
          "snr", "No rewards/signal_to_noise."),
-        (lines(runs, fixed("rewards/entropy"), "reward entropy (nats)", strip("rewards/")), "entropy", "No rewards/entropy."),
+        (lines(runs, fixed("rewards/entropy"), "entropy (nats)", strip("rewards/")), "entropy", "No rewards/entropy."),
         (lines(runs, fixed("rewards/variance"), "reward variance", strip("rewards/")), "variance", "No rewards/variance."),
     ], cols=3)
     for r in runs:
