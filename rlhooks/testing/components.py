@@ -3,7 +3,7 @@
 Each builds the component the way a run does: the author gives the object an entry point names
 (``component``: the class or function) and the options a config would hold
 (``component_options``: a dict, default ``{}``), and the kit structures the options into the
-component's attrs ``Options`` class exactly as ``rlhooks.load_config`` does::
+component's attrs ``Options`` class exactly as ``rlhooks.host.load_config`` does::
 
     class TestMyFilter(FilterContract):
         @pytest.fixture
@@ -35,7 +35,6 @@ from typing import Any, ClassVar
 import attrs
 import numpy as np
 import pytest
-import torch.utils.data
 
 from rlhooks.core.batch import Batch
 from rlhooks.core.components import FilterDecision, RewardFunction, instantiate, is_reward_function, options_class
@@ -232,6 +231,8 @@ class SamplerContract(ComponentContract):
 
     # -- checks ------------------------------------------------------------------------------
     def test_sampler_is_torch_sampler_with_state(self, plugin: Any) -> None:
+        import torch.utils.data  # here, not at module level: the pytest plugin must not import torch
+
         assert isinstance(plugin, torch.utils.data.Sampler), f"{describe(plugin)} must subclass torch.utils.data.Sampler"
         for method in ("state_dict", "load_state_dict", "__iter__", "__len__"):
             assert callable(getattr(plugin, method, None)), f"{describe(plugin)} has no {method}()"

@@ -1,4 +1,4 @@
-"""The spec's YAML examples load through rlhooks.load_config and run unchanged; names; manager wiring."""
+"""The spec's YAML examples load through rlhooks.host.load_config and run unchanged; names; manager wiring."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 import structlog
 from sampler_helpers import Stream, trajectories, two_sources
 
-from rlhooks import ConfigError, RunManager, load_config
+from rlhooks import ConfigError
+from rlhooks.host import RunManager, load_config
 from rlhooks.core.data import DataError
 from rlhooks.core.registry import Registry
 from rlhooks.plugins.samplers.curriculum import RewardCurriculumSampler, TimeCurriculumSampler

@@ -32,10 +32,7 @@ import attrs
 import numpy as np
 import structlog
 
-from rlhooks import Batch, hookimpl
-from rlhooks.core.batch import factorize
-from rlhooks.core.components import Sampler
-from rlhooks.core.data import DataError, DatasetColumns
+from rlhooks import Batch, DataError, DatasetColumns, Sampler, build_options, factorize, hookimpl
 from rlhooks.plugins.samplers._draw import (
     Pools,
     clamp_ratio,
@@ -115,13 +112,7 @@ def coerce_options(cls: type, options: Any) -> Any:
     if options is None:
         options = {}
     if isinstance(options, Mapping):
-        from rlhooks.core.config import structure_options
-        from rlhooks.core.errors import ConfigError
-
-        built, issues = structure_options(opts_cls, options, "sampler", cls.__name__)
-        if issues:
-            raise ConfigError(issues)
-        return built
+        return build_options(opts_cls, options, path="sampler", plugin=cls.__name__)
     raise TypeError(f"{cls.__name__} options must be a {opts_cls.__name__} or a mapping, got {type(options).__name__}")
 
 
