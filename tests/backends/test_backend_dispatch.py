@@ -9,7 +9,7 @@ import textwrap
 import time
 from pathlib import Path
 
-import dispatch_test_backends as helpers
+from . import dispatch_test_backends as helpers
 import numpy as np
 import pytest
 import structlog

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import structlog
-from sampler_helpers import Stream, trajectories, two_sources
+from .sampler_helpers import Stream, trajectories, two_sources
 
 from rlhooks import ConfigError
 from rlhooks.host import RunManager, load_config
