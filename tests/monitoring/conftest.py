@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from monitoring_helpers import demo_config_with, simulate
+from .monitoring_helpers import demo_config_with, simulate
 
 DEMO_STEPS = 10
 
