@@ -52,11 +52,25 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    try:
-        return int(args.func(args) or 0)
-    except rlhooks.RLHooksError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    from rlhooks.core import interrupt
+
+    with interrupt.signals_interrupt():
+        try:
+            return int(args.func(args) or 0)
+        except rlhooks.RLHooksError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the run was ended "interrupted" and flushed
+            name = exc.signal_name if isinstance(exc, interrupt.Interrupted) else "SIGINT"
+            print(f"rlhooks: interrupted by {name}; the run ended with status 'interrupted'", file=sys.stderr)
+            return interrupt.exit_code(exc)
+        except OSError as exc:  # a full disk, a lost mount, a permission: say what and where, no traceback
+            if args.verbose:
+                raise
+            where = f" ({exc.filename})" if exc.filename else ""
+            print(f"error: {exc.strerror or exc}{where}; nothing was reported as successful "
+                  f"(rerun with -v for the traceback)", file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from rlhooks.core.dispatch import DEFAULT_FLUSH_TIMEOUT_S, DEFAULT_PUT_TIMEOUT_S, DEFAULT_QUEUE_SIZE
+from rlhooks.core.dispatch import DEFAULT_FLUSH_TIMEOUT_S, DEFAULT_MAX_WAIT_S, DEFAULT_PUT_TIMEOUT_S, DEFAULT_QUEUE_SIZE
 
 
 def positive(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
@@ -33,6 +33,8 @@ class DispatchOptions:
     flush_timeout_s: float = attrs.field(default=DEFAULT_FLUSH_TIMEOUT_S, validator=positive)
     #: how long the training thread waits on a full queue before declaring the backend hung
     put_timeout_s: float = attrs.field(default=DEFAULT_PUT_TIMEOUT_S, validator=positive)
+    #: total seconds per run the training thread may wait for this backend; past it, its calls are dropped
+    max_wait_s: float = attrs.field(default=DEFAULT_MAX_WAIT_S, validator=positive)
 
 
 def to_number(value: Any) -> float | int | None:
