@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from rlhooks.core import interrupt
 
+    _quiet_thread_oserrors()
     with interrupt.signals_interrupt():
         try:
             return int(args.func(args) or 0)
@@ -71,6 +72,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc.strerror or exc}{where}; nothing was reported as successful "
                   f"(rerun with -v for the traceback)", file=sys.stderr)
             return 1
+
+
+def _quiet_thread_oserrors() -> None:
+    """A library's own thread dying of a full disk (e.g. TensorBoard's writer) prints one line, not a
+    traceback: the backend using it reports the loss itself, and the run does not end 'success'."""
+    import threading
+
+    default = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if isinstance(args.exc_value, OSError):
+            name = args.thread.name if args.thread is not None else "?"
+            print(f"error: thread {name}: {args.exc_type.__name__}: {args.exc_value}", file=sys.stderr)
+            return
+        default(args)
+
+    threading.excepthook = hook
 
 
 if __name__ == "__main__":

@@ -241,7 +241,8 @@ class RunManager:
             log.error(
                 f"plugin {rec.name!r} failed in {hook}; the run goes on without it",
                 plugin=rec.name, path=rec.path, distribution=rec.distribution,
-                error=f"{type(exc).__name__}: {exc}", exc_info=exc,
+                # an OSError (disk full, a lost mount) is the environment, not a bug: no traceback
+                error=f"{type(exc).__name__}: {exc}", exc_info=None if isinstance(exc, OSError) else exc,
             )
         if rec.on_error == "disable" or rec.failures >= MAX_CONSECUTIVE_FAILURES:
             rec.disabled = True

@@ -150,3 +150,14 @@ def test_write_atomic_keeps_the_old_file_when_the_write_fails(tmp_path: Path) ->
         write_atomic(target, 12345)  # type: ignore[arg-type] - fails inside the write
     assert target.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]  # no temp file left
+
+
+def test_verl_experiment_name_becomes_a_safe_run_name() -> None:
+    pytest.importorskip("omegaconf")
+    from omegaconf import OmegaConf
+
+    from rlhooks.engines.verl.config import rlhooks_config
+
+    cfg = OmegaConf.create({"trainer": {"experiment_name": "team/qwen-7b"}, "data": {"train_batch_size": 4},
+                            "actor_rollout_ref": {"rollout": {"n": 2}}})
+    assert rlhooks_config(cfg).run.name == "team-qwen-7b"

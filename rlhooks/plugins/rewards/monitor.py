@@ -46,6 +46,7 @@ import structlog
 from rlhooks import Batch, hookimpl
 from rlhooks.core.batch import ADVANTAGE, REWARD, REWARD_FN_PREFIX
 from rlhooks.core.run import RunContext
+from rlhooks.core.rundir import write_atomic
 from rlhooks.plugins.rewards.alerts import AlertManager, AlertSpec
 from rlhooks.plugins.rewards.analyzer import AnalyzerError, RewardAnalyzer
 
@@ -201,7 +202,7 @@ class RewardMonitor:
         )
         if self.run is not None:
             path = self.run.run_dir / self.options.summary_file
-            path.write_text(json.dumps(summary, indent=2, default=_json_default), encoding="utf-8")
+            write_atomic(path, json.dumps(summary, indent=2, default=_json_default))  # never a 0-byte file
 
     # -- resumable state ------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
