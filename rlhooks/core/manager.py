@@ -29,7 +29,7 @@ import numpy as np
 import pluggy
 import structlog
 
-from rlhooks.core import dispatch, hookspecs
+from rlhooks.core import dispatch, hookspecs, rundir
 from rlhooks.core.batch import Batch
 from rlhooks.core.components import FilterDecision, instantiate
 from rlhooks.core.config import ComponentConfig, Config
@@ -64,6 +64,10 @@ class Registered:
     reported: set[str] = attrs.field(factory=set)  # hooks whose failure was already logged
     #: hooks run on a background thread (core/dispatch.py), which counts successes itself
     deferred: bool = False
+    #: failures per hook (every one counted, reported at run end)
+    failures_by_hook: dict[str, int] = attrs.field(factory=dict)
+    #: logging calls this component never received (disabled, hung, or dropped as too slow)
+    dropped: int = 0
 
     @property
     def label(self) -> str:
@@ -98,6 +102,8 @@ class RunManager:
         self._emitted: list[tuple[str, int, str, Any]] = []
         self.context = RunContext(config, self.run_dir, self._emit)
         self.sampler: Sampler | None = None
+        #: the status on_run_end got, once the run ended (None before)
+        self.final_status: str | None = None
         self.filters: list[tuple[Registered, Any]] = []
 
         requested = {(c.kind, c.name) for c in config.components()}
@@ -151,7 +157,7 @@ class RunManager:
 
     def _wrap(self, rec: Registered) -> Any:
         """The object registered for a component (backends get a dispatch proxy, see dispatch.py)."""
-        return dispatch.wrap(self, rec)
+        return dispatch.wrap(rec, self._failed)
 
     def _check_pending(self) -> None:
         try:
@@ -210,6 +216,8 @@ class RunManager:
         """Implementations called one at a time, lazily: the caller sees a result before the next call."""
         for rec, fn, argnames in self._impls(hook):
             if rec.disabled and hook != "on_run_end":  # still ends: it closes files, stops its backend thread
+                if hook in dispatch.LOGGING_HOOKS:
+                    rec.dropped += 1
                 continue
             t0 = time.perf_counter() if self.trace else 0.0
             try:
@@ -224,8 +232,11 @@ class RunManager:
             yield rec, result
 
     def _failed(self, rec: Registered, hook: str, exc: BaseException) -> None:
+        if isinstance(exc, PluginError) and exc.plugin == rec.name:  # from a dispatch thread: its own hook
+            hook, exc = exc.hook, exc.error
         rec.failures += 1
         rec.total_failures += 1
+        rec.failures_by_hook[hook] = rec.failures_by_hook.get(hook, 0) + 1
         if rec.on_error == "raise":
             raise PluginError(rec.name, hook, exc, rec.distribution) from exc
         if hook not in rec.reported:
@@ -233,7 +244,8 @@ class RunManager:
             log.error(
                 f"plugin {rec.name!r} failed in {hook}; the run goes on without it",
                 plugin=rec.name, path=rec.path, distribution=rec.distribution,
-                error=f"{type(exc).__name__}: {exc}", exc_info=exc,
+                # an OSError (disk full, a lost mount) is the environment, not a bug: no traceback
+                error=f"{type(exc).__name__}: {exc}", exc_info=None if isinstance(exc, OSError) else exc,
             )
         if rec.on_error == "disable" or rec.failures >= MAX_CONSECUTIVE_FAILURES:
             rec.disabled = True
@@ -293,17 +305,63 @@ class RunManager:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[RunManager]:
-        """on_run_start on entry; on_run_end with success/failed/interrupted on exit, always."""
+        """on_run_start on entry; on_run_end with success/failed/interrupted on exit, always.
+
+        The run directory is locked for the duration (core/rundir.py). A run whose training
+        succeeded but whose logging backends lost data (failed calls, disabled, hung, or dropped
+        as too slow) ends "failed", never "success": the backends are drained first, so their
+        last failures count. Every failure is reported per component at the end.
+        """
         status = "failed"
-        try:
-            self.start()
-            yield self
-            status = "success"
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
-        finally:
-            self.end(status)
+        with rundir.locked(self.run_dir, "rlhooks run"):
+            try:
+                self.start()
+                yield self
+                status = "success"
+            except KeyboardInterrupt:  # Ctrl-C, and SIGTERM through core/interrupt.py
+                status = "interrupted"
+                raise
+            finally:
+                if status == "success":
+                    dispatch.flush_components(self.components)
+                    if self.lost_data():
+                        status = "failed"
+                self.final_status = status
+                try:
+                    self.end(status)
+                finally:
+                    self.report_failures()
+
+    def lost_data(self) -> list[str]:
+        """One line per logging backend that lost data this run (empty when none did)."""
+        out = []
+        for rec in self.components:
+            if rec.kind != "backend":
+                continue
+            failed = sum(n for h, n in rec.failures_by_hook.items() if h != "on_run_end")
+            if failed or rec.dropped:
+                out.append(f"{rec.label}: {failed} failed call(s), {rec.dropped} call(s) not delivered"
+                           + (", disabled" if rec.disabled else ""))
+        return out
+
+    def failure_summary(self) -> dict[str, dict[str, Any]]:
+        """``{component label: {failures, by_hook, dropped, disabled}}`` for every component with a
+        failure or a call it did not receive (written to summary.json by the simulator)."""
+        return {
+            rec.label: {"failures": rec.total_failures, "by_hook": dict(rec.failures_by_hook),
+                        "dropped": rec.dropped, "disabled": rec.disabled}
+            for rec in self.components if rec.total_failures or rec.dropped
+        }
+
+    def report_failures(self) -> None:
+        """Log one line per component that failed or missed calls during the run."""
+        for label, info in self.failure_summary().items():
+            hooks = ", ".join(f"{h} x{n}" for h, n in info["by_hook"].items()) or "none"
+            log.warning(
+                f"plugin {label} failed {info['failures']} time(s) this run ({hooks}); "
+                f"{info['dropped']} call(s) not delivered" + ("; it was disabled" if info["disabled"] else ""),
+                plugin=label, failures=info["failures"], dropped=info["dropped"],
+            )
 
     def _emit(self, hook: str, step: int, name: str, payload: Any) -> None:
         self._emitted.append((hook, step, name, payload))
