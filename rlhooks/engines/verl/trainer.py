@@ -10,6 +10,10 @@ One step of ``fit()``::
         -> filters -> accumulate generation batches until train_batch_size groups -> trim
     train (verl):   balance -> old log-probs -> ref -> values -> advantages -> critic/actor update
                     -> checkpoint -> weight sync
+
+With ``algorithm.use_kl_in_reward`` the old and reference log-probs and the KL penalty are
+computed per generation batch, before the filters (the DAPO recipe's order), so a filter on
+``seq_final_reward`` sees the penalized reward; the trained batch reuses those log-probs.
     finish (rlhooks): on_step_end -> merged metrics to rlhooks backends -> tables
                       and the same merged metrics to verl's Tracking logger
 
@@ -96,13 +100,18 @@ class VerlRollout:
     def place_rewards(self, payload: DataProto, reward: np.ndarray) -> DataProto:
         """The total at each response's last valid token, as verl's reward managers place theirs.
 
-        Written in place: token_level_rewards (without a KL penalty) is the same tensor, and the
-        trajectory Batch's lazy final_reward reads it.
+        Written in place, as is token_level_rewards (the same tensor without a KL penalty; with
+        one, the new scores minus the same KL term), which the trajectory Batch's lazy final_reward
+        reads.
         """
-        scores = payload.batch["token_level_scores"]
+        scores, rewards = payload.batch["token_level_scores"], payload.batch["token_level_rewards"]
+        # with use_kl_in_reward, rewards = scores - KL term (applied per generation batch): keep the term
+        kl_term = None if rewards is scores else scores - rewards
         last = (payload.batch["response_mask"].sum(-1).long() - 1).clamp(min=0)
         scores.zero_()
         scores[torch.arange(len(payload)), last] = torch.as_tensor(reward, dtype=scores.dtype)
+        if kl_term is not None:
+            rewards.copy_(scores - kl_term)
         return payload
 
     def select(self, payload: DataProto, rows: np.ndarray) -> DataProto:
@@ -131,6 +140,8 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
             )], "verl config")
         self._epoch = 0
         self._batches: Iterator[dict[str, Any]] | None = None
+        #: (rows, metrics) of each generation batch whose log-probs were computed before filtering
+        self._generation_metrics: list[tuple[int, dict[str, Any]]] = []
         super().__init__(*args, **kwargs)  # calls _create_dataloader, which builds the rlhooks run
 
     # -- set-up ---------------------------------------------------------------------------------
@@ -204,6 +215,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 is_last_step = step >= self.total_training_steps
                 metrics: dict[str, Any] = {}
                 timing_raw: dict[str, float] = {}
+                self._generation_metrics = []
                 with marked_timer("start_profile", timing_raw):
                     continuous = self.config.global_profiler.profile_continuous_steps
                     self._start_profiling(not prev_profile and curr_profile if continuous else curr_profile)
@@ -243,6 +255,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
 
                 self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
                 metrics.update(collected.metrics)
+                metrics.update(_row_weighted_mean(self._generation_metrics))
                 if batch is not None:
                     metrics.update(self._verl_step_metrics(batch, timing_raw))
                 metrics.update({"training/global_step": step, "training/epoch": self._epoch})
@@ -317,9 +330,29 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 reward_tensor = reward_tensor.float().clone()
             batch.batch["token_level_scores"] = reward_tensor
             batch.non_tensor_batch.update({k: np.asarray(v) for k, v in extras.items()})
-        if not self.config.algorithm.use_kl_in_reward:  # else set by apply_kl_penalty after filtering
-            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+        batch = self._final_rewards(batch, timing_raw)
         return batch, adapter.trajectory_batch(batch, self.tokenizer)
+
+    def _final_rewards(self, batch: DataProto, timing_raw: dict[str, float]) -> DataProto:
+        """``token_level_rewards`` of one generation batch, before the filters see it (the DAPO recipe's order).
+
+        With ``algorithm.use_kl_in_reward`` the KL penalty needs the old and reference log-probs, so
+        they are computed here for every generated row and the penalty applied, as the recipe's
+        fit() does; filters can then use ``seq_final_reward``, and the trained batch keeps these
+        log-probs (they are not computed twice). The KL controller is updated once per generation
+        batch, as in the recipe. (rlhooks reward functions, placed later by ``place_rewards``,
+        keep this KL term.)
+        """
+        if not self.config.algorithm.use_kl_in_reward:
+            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+            return batch
+        metrics: dict[str, Any] = {}
+        batch = self._policy_log_probs(batch, metrics, timing_raw)
+        batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=self.kl_ctrl_in_reward,
+                                             kl_penalty=self.config.algorithm.kl_penalty)
+        metrics.update(kl_metrics)
+        self._generation_metrics.append((len(batch), metrics))
+        return batch
 
     # -- 2. training on the collected batch, as verl 0.9.1's fit() does ----------------------------
     def _train_on(self, batch: DataProto, metrics: dict, timing_raw: dict, is_last_step: bool) -> DataProto:
@@ -358,6 +391,15 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         return batch
 
     def _log_probs(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
+        if "old_log_probs" not in batch.batch.keys():  # else computed per generation batch (KL in reward)
+            batch = self._policy_log_probs(batch, metrics, timing_raw)
+        if self.use_critic:
+            with marked_timer("values", timing_raw, color="cyan"):
+                batch = batch.union(self._compute_values(batch))
+        return batch
+
+    def _policy_log_probs(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
+        """Old (proximal) log-probs, or the rollout's in bypass mode, and the reference log-probs."""
         rollout_corr = self.config.algorithm.get("rollout_correction", None)
         if rollout_corr and rollout_corr.get("bypass_mode", False):
             from verl.trainer.ppo.rollout_corr_helper import apply_bypass_mode
@@ -374,24 +416,26 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 )
                 metrics.update({"actor/entropy": entropy.detach().item(), "perf/mfu/actor_infer": mfu})
                 old_log_prob.batch.pop("entropys")
+                if "routed_experts" in batch.batch.keys() and "routed_experts" in old_log_prob.batch.keys():
+                    raise ValueError(  # verl 0.9.1 fit()'s check
+                        "Detected conflicting router replay configuration: router_replay.mode='R2' and "
+                        "enable_rollout_routing_replay=True cannot be enabled simultaneously. The "
+                        "enable_rollout_routing_replay option is only used in R3 mode; it should not be set "
+                        "when using R2 mode."
+                    )
                 batch = batch.union(old_log_prob)
                 if "rollout_log_probs" in batch.batch.keys():
                     from verl.utils.debug.metrics import calculate_debug_metrics
 
                     metrics.update(calculate_debug_metrics(batch))
+        assert "old_log_probs" in batch.batch.keys(), f'"old_log_probs" not in {batch.batch.keys()=}'
         if self.use_reference_policy:
             with marked_timer(str(Role.RefPolicy), timing_raw, color="olive"):
                 batch = batch.union(self._compute_ref_log_prob(batch))
-        if self.use_critic:
-            with marked_timer("values", timing_raw, color="cyan"):
-                batch = batch.union(self._compute_values(batch))
         return batch
 
     def _advantages(self, batch: DataProto, metrics: dict) -> DataProto:
-        algo = self.config.algorithm
-        if algo.use_kl_in_reward:
-            batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=algo.kl_penalty)
-            metrics.update(kl_metrics)
+        algo = self.config.algorithm  # an in-reward KL penalty was applied per generation batch (_final_rewards)
         rollout_corr = algo.get("rollout_correction", None)
         if rollout_corr is not None and "rollout_log_probs" in batch.batch and not rollout_corr.get("bypass_mode", False):
             from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
@@ -477,6 +521,16 @@ def _trained_batch(collected: Batch, trained: DataProto) -> Batch:
         in_collected_order[order] = values
         columns[name] = in_collected_order
     return collected.with_columns(**columns)
+
+
+def _row_weighted_mean(parts: list[tuple[int, dict[str, Any]]]) -> dict[str, float]:
+    """Metrics of several generation batches as one step's: each key's mean weighted by rows."""
+    total = sum(rows for rows, _ in parts)
+    out: dict[str, float] = {}
+    for rows, metrics in parts:
+        for k, v in metrics.items():
+            out[k] = out.get(k, 0.0) + float(v) * rows / max(total, 1)
+    return out
 
 
 def _accumulate_timing(timing_raw: dict[str, float], new: dict[str, float]) -> None:
