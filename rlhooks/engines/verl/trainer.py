@@ -100,18 +100,19 @@ class VerlRollout:
     def place_rewards(self, payload: DataProto, reward: np.ndarray) -> DataProto:
         """The total at each response's last valid token, as verl's reward managers place theirs.
 
-        Written in place, as is token_level_rewards (the same tensor without a KL penalty; with
-        one, the new scores minus the same KL term), which the trajectory Batch's lazy final_reward
-        reads.
+        Written in place: token_level_rewards (without a KL penalty) is the same tensor, and the
+        trajectory Batch's lazy final_reward reads it.
         """
-        scores, rewards = payload.batch["token_level_scores"], payload.batch["token_level_rewards"]
-        # with use_kl_in_reward, rewards = scores - KL term (applied per generation batch): keep the term
-        kl_term = None if rewards is scores else scores - rewards
+        scores = payload.batch["token_level_scores"]
         last = (payload.batch["response_mask"].sum(-1).long() - 1).clamp(min=0)
-        scores.zero_()
-        scores[torch.arange(len(payload)), last] = torch.as_tensor(reward, dtype=scores.dtype)
-        if kl_term is not None:
-            rewards.copy_(scores - kl_term)
+        placed = torch.zeros_like(scores)
+        placed[torch.arange(len(payload)), last] = torch.as_tensor(reward, dtype=scores.dtype)
+        final = payload.batch["token_level_rewards"] if "token_level_rewards" in payload.batch.keys() else None
+        if final is not None and final is not scores:
+            # an in-reward KL penalty was already applied (_final_rewards): rewards = scores - beta * kl
+            # is linear in the scores, so shifting by the change of scores keeps the same penalty
+            final.add_(placed - scores)
+        scores.copy_(placed)
         return payload
 
     def select(self, payload: DataProto, rows: np.ndarray) -> DataProto:
@@ -340,8 +341,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         they are computed here for every generated row and the penalty applied, as the recipe's
         fit() does; filters can then use ``seq_final_reward``, and the trained batch keeps these
         log-probs (they are not computed twice). The KL controller is updated once per generation
-        batch, as in the recipe. (rlhooks reward functions, placed later by ``place_rewards``,
-        keep this KL term.)
+        batch, as in the recipe.
         """
         if not self.config.algorithm.use_kl_in_reward:
             batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
@@ -504,6 +504,16 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         return os.path.abspath(folder) if folder else None
 
 
+def _row_weighted_mean(parts: list[tuple[int, dict[str, Any]]]) -> dict[str, float]:
+    """Metrics of several generation batches as one step's: each key's mean weighted by rows."""
+    total = sum(rows for rows, _ in parts)
+    out: dict[str, float] = {}
+    for rows, metrics in parts:
+        for k, v in metrics.items():
+            out[k] = out.get(k, 0.0) + float(v) * rows / max(total, 1)
+    return out
+
+
 def _trained_batch(collected: Batch, trained: DataProto) -> Batch:
     """The collected Batch (rows in collection order) plus the columns known only after
     training: ``advantage`` and ``final_reward`` (after a KL penalty), read from the trained
@@ -521,16 +531,6 @@ def _trained_batch(collected: Batch, trained: DataProto) -> Batch:
         in_collected_order[order] = values
         columns[name] = in_collected_order
     return collected.with_columns(**columns)
-
-
-def _row_weighted_mean(parts: list[tuple[int, dict[str, Any]]]) -> dict[str, float]:
-    """Metrics of several generation batches as one step's: each key's mean weighted by rows."""
-    total = sum(rows for rows, _ in parts)
-    out: dict[str, float] = {}
-    for rows, metrics in parts:
-        for k, v in metrics.items():
-            out[k] = out.get(k, 0.0) + float(v) * rows / max(total, 1)
-    return out
 
 
 def _accumulate_timing(timing_raw: dict[str, float], new: dict[str, float]) -> None:
