@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="needs verl[verl-core]")
 
 from omegaconf import OmegaConf, open_dict  # noqa: E402
-from verl_shim_helpers import CPUTrainer, Recorder, StepSampler, make_tokenizer, write_dataset  # noqa: E402
+from .verl_shim_helpers import CPUTrainer, Recorder, StepSampler, make_tokenizer, write_dataset  # noqa: E402
 
 from rlhooks import hookimpl as rlhooks_hookimpl  # noqa: E402
 from rlhooks.engines.verl.main import compose_verl_config  # noqa: E402

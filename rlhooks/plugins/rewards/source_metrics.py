@@ -24,8 +24,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from rlhooks import Batch, hookimpl
-from rlhooks.core.batch import DATA_SOURCE, REWARD, factorize
+from rlhooks import DATA_SOURCE, REWARD, Batch, factorize, hookimpl
 
 ACC = "acc"
 
