@@ -10,6 +10,11 @@ subsets and all), so that each plugin's failure can be handled by its own ``on_e
   plugin after ``MAX_CONSECUTIVE_FAILURES`` failures in a row (default for observers);
 * ``disable`` -- log once and disable the plugin at its first failure.
 
+A failure under ``raise`` lists the frames of the plugin's own code, and suggests ``on_error:
+warn`` only where going on would make sense (``_raise_hint``). At registration, public methods
+named like a hook but not decorated with ``@hookimpl`` are warned about, and so is a sampler
+that cannot save its state (an error with strict plugins).
+
 ``RLHOOKS_TRACE=1`` (or ``run.trace_hooks``) logs every hook call with plugin and duration.
 """
 
