@@ -50,6 +50,7 @@ from rlhooks.core.errors import (
 )
 from rlhooks.core.hookspecs import hookimpl
 from rlhooks.core.options import DispatchOptions, build_options, finite, non_negative, positive, unit_interval
+from rlhooks.core.records import METRICS_FILE, encode_record, nonfinite_name, read_records
 from rlhooks.core.run import RunContext
 
 if TYPE_CHECKING:
@@ -68,6 +69,8 @@ __all__ = [
     "Sampler", "FilterDecision", "RewardFunction", "NoOptions", "DatasetColumns", "RunContext",
     # Options helpers and validators
     "build_options", "positive", "non_negative", "finite", "unit_interval", "DispatchOptions",
+    # the JSONL record format (metrics.jsonl), for backends and readers
+    "METRICS_FILE", "encode_record", "nonfinite_name", "read_records",
     # errors
     "RLHooksError", "ConfigError", "ConfigIssue", "DataError", "PluginError", "RegistryError",
     "UnknownComponentError", "DuplicateComponentError", "BrokenPluginError", "GenerationLimitError",

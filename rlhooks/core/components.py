@@ -13,8 +13,8 @@ Options: a component class declares ``Options``, an attrs class; the config's ke
 component are structured into it by cattrs (unknown keys are an error). The instance receives
 it as ``options``. Every component also accepts ``on_error`` (raise | warn | disable).
 
-``Sampler`` (the one base class that needs torch) is defined in ``rlhooks.core.sampler`` and
-resolved lazily here, so importing this module does not import torch.
+``Sampler`` (the one base class that needs torch) is defined in ``rlhooks.core.sampler``, which
+imports this module (never the reverse), so importing this module does not import torch.
 """
 
 from __future__ import annotations
@@ -22,15 +22,12 @@ from __future__ import annotations
 import abc
 import inspect
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import attrs
 import numpy as np
 
 from rlhooks.core.batch import Batch
-
-if TYPE_CHECKING:
-    from rlhooks.core.sampler import Sampler
 
 ON_ERROR_CHOICES = ("raise", "warn", "disable")
 #: default on_error per kind: steering components raise, observers warn
@@ -103,10 +100,3 @@ def is_reward_function(obj: Any) -> bool:
         return issubclass(obj, RewardFunction)
     return callable(obj) and not inspect.ismodule(obj)
 
-
-def __getattr__(name: str) -> Any:
-    if name == "Sampler":  # torch is imported only by whoever asks for the Sampler base
-        from rlhooks.core.sampler import Sampler
-
-        return Sampler
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """The ``Sampler`` base class: a real ``torch.utils.data.Sampler[int]`` with resumable state.
 
 It lives in its own module because it is the only part of rlhooks' plugin API that needs torch
-(about 1.3 s to import). ``rlhooks.Sampler`` and ``rlhooks.core.components.Sampler`` resolve to
+(about 1.3 s to import). ``rlhooks.Sampler`` resolves to
 this class lazily (module ``__getattr__``), so ``import rlhooks`` and the pytest plugin do not
 import torch; a sampler plugin that subclasses it does, when it is imported. Samplers stay real
 torch Samplers because verl hands them to its (torchdata) ``StatefulDataLoader`` and users check

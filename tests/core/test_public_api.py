@@ -148,7 +148,7 @@ def test_sampler_is_a_torch_sampler_that_statefuldataloader_accepts() -> None:
     from rlhooks.plugins.samplers.multi_source import MultiSourceSampler
 
     assert issubclass(rlhooks.Sampler, torch.utils.data.Sampler)
-    assert rlhooks.Sampler is rlhooks.core.components.Sampler
+    assert rlhooks.Sampler is rlhooks.core.sampler.Sampler
     data = rlhooks.DatasetColumns.from_arrays(["a"] * 60 + ["b"] * 40)
 
     def loader(sampler):

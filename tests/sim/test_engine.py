@@ -87,7 +87,7 @@ def test_learner_learns_only_from_groups_with_signal():
 
 def test_responses_are_real_text_scored_by_the_reward_functions(small_data, tmp_path):
     engine, rec = _run(small_config(tmp_path, run={"steps": 2}), small_data, tmp_path / "r")
-    gen, _ = engine.generate(3, engine.sample(3)[0])
+    gen = engine.driver.generation(3, engine).trajectories  # scored by core's driver, not the engine
     resp, target = gen["response"], gen["target"]
     # components are what the functions give on the text, and the total is their sum
     np.testing.assert_allclose(gen["reward_fn/format_exact"], [format_exact(r, t) for r, t in zip(resp, target)])
@@ -158,7 +158,7 @@ def test_every_builtin_plugin_fires(small_data, tmp_path):
         "filter (dapo)": ["filter/kept_ratio", "train/num_gen_batches", "filter/dropped_all_max"],
         "source_metrics": ["source/chain/count", "source/chain/reward", "source/chain/acc", "source/chain/generated_count"],
         "reward_monitor": ["rewards/mean", "rewards/signal_to_noise", "rewards/functions/check_answer", "alerts/total"],
-        "engine": ["sim/accuracy/chain", "actor/ppo_kl", "actor/entropy", "timing/step_s"],
+        "engine": ["sim/accuracy/chain", "actor/ppo_kl", "actor/kl_loss", "actor/entropy", "timing/step_s"],
     }
     for plugin, names in expected.items():
         missing = [n for n in names if n not in keys]
