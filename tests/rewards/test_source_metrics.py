@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from rlhooks import Batch
-
 from rlhooks.core.batch import _factorize_sorted, factorize
 from rlhooks.plugins.rewards.source_metrics import SourceMetrics, SourceMetricsOptions
 
