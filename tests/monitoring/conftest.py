@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from monitoring_helpers import simulate
+from .monitoring_helpers import simulate
 
 
 @pytest.fixture(scope="session")

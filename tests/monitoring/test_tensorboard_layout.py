@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from monitoring_helpers import metric_keys
+from .monitoring_helpers import metric_keys
 
 
 def read_layout(run_dir):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from monitoring_helpers import demo_config_with, read_wandb_records, simulate
+from .monitoring_helpers import demo_config_with, read_wandb_records, simulate
 
 from rlhooks.plugins.backends.wandb_backend import CHARTS, STEP_METRIC
 

@@ -65,7 +65,7 @@ def make_trainer(cfg, tokenizer, recorder):
 
 DAPO = {"filters": [{"name": "dapo", "metric": "acc"}]}
 # verl-style sampler in the verl config itself (the removed curriculum format), mapped to rlhooks
-LEGACY_SAMPLER = ("+data.sampler.class_name=StepSampler", "+data.sampler.class_path=pkg://verl_shim_helpers")
+LEGACY_SAMPLER = ("+data.sampler.class_name=StepSampler", "+data.sampler.class_path=pkg://tests.verl.verl_shim_helpers")
 
 
 def test_fit_runs_hooks_in_order_with_dapo_accumulation(tmp_path, data_file, tokenizer, capsys):

@@ -341,7 +341,11 @@ class SimEngine:
 
     # -- a run -----------------------------------------------------------------------------
     def run(self, steps: int | None = None, progress: bool = False, on_step: Callable[[int, dict], None] | None = None) -> dict[str, float]:
-        """Steps ``self.step + 1 .. steps`` inside ``manager.running()`` (on_run_end fires on failure too)."""
+        """Run UNTIL step ``steps`` (an absolute step number, default ``run.steps``), not ``steps`` more.
+
+        Runs steps ``self.step + 1 .. steps``: ``run(10)`` after 4 steps runs 6 more, and once step 10
+        is done runs none. Inside ``manager.running()`` (on_run_end fires on failure too).
+        """
         total = steps if steps is not None else self.config.run.steps
         bar = None
         if progress:
