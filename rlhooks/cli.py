@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "rlhooks.engines.sim.cli",  # simulate
     "rlhooks.cli_report",  # report
     "rlhooks.engines.verl.cli",  # train
+    "rlhooks.dashboard.cli",  # dashboard
 )
 
 
