@@ -37,7 +37,6 @@ class SourceMetricsOptions:
     source_column: str = DATA_SOURCE
 
 
-#: above this many distinct labels factorize() sorts instead of scanning once per label
 def source_sums(batch: Batch, source_column: str = DATA_SOURCE) -> dict[str, np.ndarray]:
     """Per-source sums for one batch: names, count, and (sum, finite count) of reward and acc."""
     names, codes = factorize(batch[source_column])
