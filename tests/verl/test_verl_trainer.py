@@ -129,6 +129,9 @@ def test_fit_runs_hooks_in_order_with_dapo_accumulation(tmp_path, data_file, tok
         logged = rec.logged[step]
         assert logged["source/mixed/reward"] == pytest.approx(0.5)
         assert logged["source/easy/reward"] == 1.0 and logged["source/hard/reward"] == 0.0
+        # source_metrics is on by default (not configured here): trained rows are all from 'mixed'
+        assert logged["source/mixed/count"] == TRAIN_BS * N and logged["source/easy/count"] == 0
+        assert logged["source/easy/generated_count"] > 0
         assert logged["test/trained_rows"] == TRAIN_BS * N
         assert logged["filter/trained_groups"] == TRAIN_BS
         line = next(ln for ln in out.splitlines() if ln.startswith(f"step:{step} - "))

@@ -74,7 +74,8 @@ class SimOptions:
 
 def load_sim_config(source: Any = None, overrides: list[str] | tuple[str, ...] = (), registry: Registry | None = None) -> Config:
     """A config with its ``simulate:`` section structured into SimOptions."""
-    return load_config(source, overrides=overrides, registry=registry, extra_sections={"simulate": SimOptions})
+    return load_config(source, overrides=overrides, registry=registry, extra_sections={"simulate": SimOptions},
+                       default_plugins=True)
 
 
 def sim_options(config: Config) -> SimOptions:
