@@ -38,7 +38,7 @@ from rlhooks.core.batch import REWARD_FN_PREFIX, Batch
 from rlhooks.core.driver import StepDriver
 from rlhooks.core.errors import ConfigError, ConfigIssue
 from rlhooks.core.manager import RunManager
-from rlhooks.engines.verl import adapter
+from rlhooks.engines.verl import adapter, compat
 from rlhooks.engines.verl.config import rlhooks_config
 from verl import DataProto
 from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
@@ -101,6 +101,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
     """
 
     def __init__(self, *args: Any, rlhooks_plugins: Iterable[tuple[str, Any]] = (), **kwargs: Any):
+        _check_verl()
         self._rlhooks_plugins = list(rlhooks_plugins)
         config = kwargs["config"] if "config" in kwargs else args[0]
         if config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
@@ -492,6 +493,19 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         else:
             folder = find_latest_ckpt_path(os.path.abspath(trainer.default_local_dir))
         return os.path.abspath(folder) if folder else None
+
+
+def _check_verl() -> None:
+    """A supported verl, else one clear error; a warning when the verl code the shim restates changed."""
+    version = compat.check_verl_version()
+    known, changed = compat.drift(version)
+    if known is None:
+        log.warning(f"verl {version} is in the supported range but the shim was not reviewed against it; "
+                    f"run `python -m rlhooks.engines.verl.compat` to see whether the verl code it relies on changed",
+                    verl=version)
+    elif changed:
+        log.warning(f"verl {version}: code the rlhooks trainer restates or calls differs from the reviewed "
+                    f"version: {', '.join(changed)}", verl=version)
 
 
 def _row_weighted_mean(parts: list[tuple[int, dict[str, Any]]]) -> dict[str, float]:
