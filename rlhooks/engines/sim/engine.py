@@ -228,6 +228,9 @@ class SimEngine:
         acc = ((answer == target) & (kind == WELL_FORMED)).astype(np.float64)
         cols: dict[str, Any] = {
             "uid": uid,
+            "sample_id": uid * self.n + np.tile(np.arange(self.n, dtype=np.int64), p),
+            # synchronous: the weights of the previous step's update generate this step's responses
+            "policy_version": np.full(len(rows), step - 1, dtype=np.int64),
             "index": rows,
             "data_source": self._source_obj[src],
             "complexity": self._complexity[rows],

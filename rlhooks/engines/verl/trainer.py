@@ -111,6 +111,8 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 "into the accumulation loop); use verl's own trainer for ReMax, or another estimator",
             )], "verl config")
         self._epoch = 0
+        #: the step whose actor update produced the rollout's weights (0: initial weights)
+        self._policy_version = 0
         self._batches: Iterator[dict[str, Any]] | None = None
         self._reward_metrics: dict[str, float] = {}
         #: (rows, metrics) of each generation batch whose log-probs were computed before filtering
@@ -163,6 +165,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         self._epoch = 0
         self._load_checkpoint()
         self.checkpoint_manager.update_weights(self.global_steps)
+        self._policy_version = self.global_steps  # the resumed step's weights (0 from scratch)
         SkipManager.init(self.config)
 
         if self.config.trainer.get("val_before_train", True):
@@ -291,6 +294,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 self.llm_server_manager.stop_profile()
             _accumulate_timing(timing_raw, gen_output.meta_info.pop("timing", {}))
         batch = batch.repeat(repeat_times=n, interleave=True).union(gen_output)
+        adapter.tag_trajectories(batch, n, self._policy_version)
         if rows is not None:
             batch.non_tensor_batch[adapter.ROW_KEY] = np.repeat(np.asarray(rows, dtype=np.int64), n)
         if "response_mask" not in batch.batch.keys():
@@ -374,6 +378,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                     self._save_checkpoint()
             with marked_timer("update_weights", timing_raw, color="red"):
                 self.checkpoint_manager.update_weights(self.global_steps)
+            self._policy_version = self.global_steps  # not during critic warm-up: the actor did not change
             metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
         rollout_data_dir = self.config.trainer.get("rollout_data_dir", None)
         if rollout_data_dir:
