@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from numbers import Number
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
@@ -31,13 +31,16 @@ import structlog
 
 from rlhooks.core import dispatch, hookspecs
 from rlhooks.core.batch import Batch
-from rlhooks.core.components import FilterDecision, Sampler, instantiate
+from rlhooks.core.components import FilterDecision, instantiate
 from rlhooks.core.config import ComponentConfig, Config
 from rlhooks.core.data import DatasetColumns
 from rlhooks.core.errors import PluginError, RegistryError
 from rlhooks.core.registry import Registry
 from rlhooks.core.rewards import RewardPipeline
 from rlhooks.core.run import RunContext
+
+if TYPE_CHECKING:  # the Sampler base imports torch; only annotations need it here
+    from rlhooks.core.sampler import Sampler
 
 log = structlog.get_logger("rlhooks.manager")
 

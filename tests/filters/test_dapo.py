@@ -8,7 +8,8 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from rlhooks import Batch, ConfigError, FilterDecision, load_config
+from rlhooks import Batch, ConfigError, FilterDecision
+from rlhooks.host import load_config
 from rlhooks.core.batch import BatchError
 from rlhooks.plugins.filters.dapo import DapoGroupFilter, DapoOptions
 

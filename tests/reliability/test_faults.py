@@ -23,6 +23,7 @@ import pytest
 import structlog
 
 import rlhooks
+import rlhooks.host
 from rlhooks import hookimpl
 from rlhooks.core import dispatch
 from rlhooks.core.errors import ConfigError, PluginError
@@ -179,7 +180,7 @@ def test_broken_third_party_plugin_warns_unless_requested(faults_site, on_path, 
     # a run that asks for it: a config error with its path, distribution, the import error and what to do
     cfg = _config(tmp_path, ["rel_broken"])
     with pytest.raises(ConfigError) as err:
-        rlhooks.load_config(cfg)
+        rlhooks.host.load_config(cfg)
     msg = str(err.value)
     path = f"backends[{len(cfg['backends']) - 1}] (rel_broken)"
     assert path in msg and "reliability-broken 0.1" in msg
@@ -190,10 +191,10 @@ def test_broken_third_party_plugin_warns_unless_requested(faults_site, on_path, 
     strict = _config(tmp_path, [])
     strict["run"]["strict_plugins"] = True
     with pytest.raises(rlhooks.RLHooksError, match="reliability-broken.*missing CUDA toolkit"):
-        rlhooks.RunManager(rlhooks.load_config(strict), run_dir=tmp_path / "strict")
+        rlhooks.host.RunManager(rlhooks.host.load_config(strict), run_dir=tmp_path / "strict")
     # disabling it by name silences it
     with structlog.testing.capture_logs() as logs:
-        rlhooks.RunManager(rlhooks.load_config(_config(tmp_path, [])), registry=Registry(disabled=["rel_broken"]),
+        rlhooks.host.RunManager(rlhooks.host.load_config(_config(tmp_path, [])), registry=Registry(disabled=["rel_broken"]),
                            run_dir=tmp_path / "quiet")
     assert not [e for e in logs if e.get("plugin") == "rel_broken"]
 

@@ -17,7 +17,7 @@ import torch
 
 pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="needs verl[verl-core]")
 
-from verl_shim_helpers import (  # noqa: E402
+from .verl_shim_helpers import (  # noqa: E402
     CPUTrainer,
     StandinRollout,
     StandinWeights,

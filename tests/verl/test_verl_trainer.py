@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="needs verl[verl-core]")
 
 from omegaconf import OmegaConf, open_dict  # noqa: E402
-from verl_shim_helpers import CPUTrainer, Recorder, StepSampler, make_tokenizer, write_dataset  # noqa: E402
+from .verl_shim_helpers import CPUTrainer, Recorder, StepSampler, make_tokenizer, write_dataset  # noqa: E402
 
 from rlhooks import hookimpl as rlhooks_hookimpl  # noqa: E402
 from rlhooks.engines.verl.main import compose_verl_config  # noqa: E402
@@ -65,7 +65,7 @@ def make_trainer(cfg, tokenizer, recorder):
 
 DAPO = {"filters": [{"name": "dapo", "metric": "acc"}]}
 # verl-style sampler in the verl config itself (the removed curriculum format), mapped to rlhooks
-LEGACY_SAMPLER = ("+data.sampler.class_name=StepSampler", "+data.sampler.class_path=pkg://verl_shim_helpers")
+LEGACY_SAMPLER = ("+data.sampler.class_name=StepSampler", "+data.sampler.class_path=pkg://tests.verl.verl_shim_helpers")
 
 
 def test_fit_runs_hooks_in_order_with_dapo_accumulation(tmp_path, data_file, tokenizer, capsys):

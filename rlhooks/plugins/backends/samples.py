@@ -34,9 +34,8 @@ import attrs
 import numpy as np
 import structlog
 
-from rlhooks import Batch, hookimpl
-from rlhooks.core import batch as B
-from rlhooks.core.batch import run_starts
+import rlhooks
+from rlhooks import Batch, hookimpl, run_starts
 from rlhooks.plugins.backends._common import non_negative, positive
 
 log = structlog.get_logger("rlhooks.backends")
@@ -44,8 +43,9 @@ log = structlog.get_logger("rlhooks.backends")
 #: the sample-logging spec's fields as Batch columns, in table order; ``reward_fn/*`` expands to
 #: the per-function rewards and ``@extras`` to the reward extras (acc, score, ...) of the batch
 DEFAULT_COLUMNS = (
-    B.SAMPLE_ID, B.POLICY_VERSION, B.UID, B.INDEX, B.DATA_SOURCE, B.PROMPT, B.RESPONSE, B.TARGET, B.REWARD, B.FINAL_REWARD,
-    B.REWARD_FN_PREFIX + "*", "@extras", B.ADVANTAGE, B.PROMPT_LENGTH, B.RESPONSE_LENGTH,
+    rlhooks.SAMPLE_ID, rlhooks.POLICY_VERSION, rlhooks.UID, rlhooks.INDEX, rlhooks.DATA_SOURCE, rlhooks.PROMPT,
+    rlhooks.RESPONSE, rlhooks.TARGET, rlhooks.REWARD, rlhooks.FINAL_REWARD, rlhooks.REWARD_FN_PREFIX + "*", "@extras",
+    rlhooks.ADVANTAGE, rlhooks.PROMPT_LENGTH, rlhooks.RESPONSE_LENGTH,
 )
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -140,7 +140,7 @@ class _SampleTable(abc.ABC):
             raise KeyError(
                 f"{self.options.table}: the sort key {key!r} is not a column of this batch "
                 f"(columns: {', '.join(batch.columns)}); set 'key' to one of them"
-                + ("; 'advantage' exists only in the trained rows: set rows: trained" if key == B.ADVANTAGE else "")
+                + ("; 'advantage' exists only in the trained rows: set rows: trained" if key == rlhooks.ADVANTAGE else "")
             )
         return np.asarray(batch[key], dtype=np.float64)
 
@@ -180,18 +180,18 @@ class _SampleTable(abc.ABC):
 
     def _attach_advantage(self, cand: _Candidates, trained: Batch) -> None:
         """Generated rows get their ``advantage`` from the trained batch (by sample_id); None if not trained."""
-        wanted = self.options.columns is None or B.ADVANTAGE in self.options.columns
-        if not wanted or cand.ids is None or B.ADVANTAGE not in trained or B.SAMPLE_ID not in trained:
+        wanted = self.options.columns is None or rlhooks.ADVANTAGE in self.options.columns
+        if not wanted or cand.ids is None or rlhooks.ADVANTAGE not in trained or rlhooks.SAMPLE_ID not in trained:
             return
-        ids = np.asarray(trained[B.SAMPLE_ID], dtype=object)
-        adv = np.asarray(trained[B.ADVANTAGE], dtype=np.float64)
+        ids = np.asarray(trained[rlhooks.SAMPLE_ID], dtype=object)
+        adv = np.asarray(trained[rlhooks.ADVANTAGE], dtype=np.float64)
         order = np.argsort(ids, kind="stable")
         sorted_ids = ids[order]
         pos = np.clip(np.searchsorted(sorted_ids, cand.ids), 0, max(len(ids) - 1, 0))
         found = (sorted_ids[pos] == cand.ids) if len(ids) else np.zeros(len(cand.ids), bool)
         values = adv[order[pos]] if len(ids) else np.zeros(len(cand.ids))
         for row, hit, value in zip(cand.rows, found.tolist(), values.tolist()):  # the few selected rows only
-            row[B.ADVANTAGE] = value if hit else None
+            row[rlhooks.ADVANTAGE] = value if hit else None
 
     def _active(self, step: int) -> bool:
         return step % self.options.every == 0
@@ -255,7 +255,7 @@ class _SampleTable(abc.ABC):
         idx = np.unique(np.concatenate([top, bot]))
         rows = batch.select(idx).to_rows(self._columns(batch))
         cand.seen += len(batch)
-        ids = np.asarray(batch[B.SAMPLE_ID], dtype=object)[idx] if B.SAMPLE_ID in batch else None
+        ids = np.asarray(batch[rlhooks.SAMPLE_ID], dtype=object)[idx] if rlhooks.SAMPLE_ID in batch else None
         # merge with the step's running selection; positions in arrival order keep ties stable
         all_keys = np.concatenate([cand.keys, keys[idx]])
         all_rows = cand.rows + rows
@@ -301,7 +301,7 @@ class TopBottomKSamples(_SampleTable):
         top: int | None = attrs.field(default=None, validator=_opt_count)
         bottom: int | None = attrs.field(default=None, validator=_opt_count)
         #: numeric column to rank by (reward, final_reward, acc, reward_fn/<name>, response_length, ...)
-        key: str = B.REWARD
+        key: str = rlhooks.REWARD
         #: columns (names or glob patterns) of each row; default: the sample-logging spec's fields
         columns: list[str] | None = None
         table: str = "samples/top_bottom_k"
@@ -329,9 +329,9 @@ class PerSourceSamples(_SampleTable):
         k: int = attrs.field(default=1, validator=non_negative)
         top: int | None = attrs.field(default=None, validator=_opt_count)
         bottom: int | None = attrs.field(default=None, validator=_opt_count)
-        key: str = B.REWARD
+        key: str = rlhooks.REWARD
         #: the column that names a row's source
-        source_column: str = B.DATA_SOURCE
+        source_column: str = rlhooks.DATA_SOURCE
         columns: list[str] | None = None
         table: str = "samples/per_source"
         rows: Literal["generated", "trained"] = "generated"

@@ -24,8 +24,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from rlhooks.core.batch import FINAL_REWARD, REWARD, UID, Batch, BatchError
-from rlhooks.core.components import FilterDecision
+from rlhooks import FINAL_REWARD, REWARD, UID, Batch, BatchError, FilterDecision
 
 
 #: metric names that do not name a column directly

@@ -28,8 +28,7 @@ from typing import Any, Literal
 import attrs
 import numpy as np
 
-from rlhooks import Batch, hookimpl
-from rlhooks.core.batch import DATA_SOURCE, REWARD, factorize
+from rlhooks import DATA_SOURCE, REWARD, Batch, factorize, hookimpl
 
 ACC = "acc"
 
