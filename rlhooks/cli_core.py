@@ -1,4 +1,4 @@
-"""Core CLI commands: ``rlhooks plugins list`` and ``rlhooks config check``."""
+"""Core CLI commands: ``rlhooks plugins list``, ``rlhooks hooks`` and ``rlhooks config check``."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     lst.set_defaults(func=cmd_plugins_list)
     plugins.set_defaults(func=lambda args: (plugins.print_help(), 2)[1])
 
+    hooks = sub.add_parser("hooks", help="print the hook reference (Markdown; docs/hooks.md is this output)")
+    hooks.set_defaults(func=cmd_hooks)
+
     config = sub.add_parser("config", help="config files")
     csub = config.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
     chk = csub.add_parser("check", help="validate a config and print it resolved with defaults (secrets redacted)")
@@ -28,6 +31,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     chk.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     chk.set_defaults(func=cmd_config_check)
     config.set_defaults(func=lambda args: (config.print_help(), 2)[1])
+
+
+def cmd_hooks(args: argparse.Namespace) -> int:
+    from rlhooks.core.hookdocs import render_markdown
+
+    sys.stdout.write(render_markdown())
+    return 0
 
 
 def hooks_of(obj: Any) -> list[str]:

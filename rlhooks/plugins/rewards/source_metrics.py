@@ -44,7 +44,6 @@ class SourceMetricsOptions:
     missing_source: Literal["error", "skip"] = "error"
 
 
-#: above this many distinct labels factorize() sorts instead of scanning once per label
 def source_sums(batch: Batch, source_column: str = DATA_SOURCE) -> dict[str, np.ndarray]:
     """Per-source sums for one batch: names, count, and (sum, finite count) of reward and acc."""
     names, codes = factorize(batch[source_column])
