@@ -35,7 +35,8 @@ or ``max_wait_s`` uses them (the built-in backends expose all four); otherwise t
 below apply.
 
 The plugin objects are inspected with pluggy's public API only (a scratch ``PluginManager``:
-``register``, ``check_pending``, ``get_hookcallers``, ``HookImpl.argnames``/``opts``).
+``register``, ``check_pending``, ``get_hookcallers``, ``HookImpl.argnames``/``opts``, and the
+``parse_hookimpl_opts`` override that refuses wrappers).
 """
 
 from __future__ import annotations
@@ -93,6 +94,37 @@ class Component(Protocol):
 FailurePolicy = Callable[[Component, str, BaseException], None]
 
 
+class PluginManager(pluggy.PluginManager):
+    """pluggy's PluginManager refusing hook wrappers as a plugin registers, whatever registers it
+    (the RunManager, an engine, or code calling ``manager.pm.register`` directly).
+
+    ``parse_hookimpl_opts`` is pluggy's documented extension point for subclasses.
+    """
+
+    _registering: str | None = None  # the name being registered, for the message
+
+    def register(self, plugin: Any, name: str | None = None) -> str | None:
+        self._registering = name
+        try:
+            return super().register(plugin, name)
+        finally:
+            self._registering = None
+
+    def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if opts and (opts.get("hookwrapper") or opts.get("wrapper")):
+            kind = "hookwrapper=True" if opts.get("hookwrapper") else "wrapper=True"
+            label = self._registering or self.get_canonical_name(plugin)
+            raise pluggy.PluginValidationError(
+                plugin,
+                f"{label}: {name} is a hook wrapper ({kind}). rlhooks calls each hook "
+                f"implementation on its own, with the component's on_error policy, so a wrapper "
+                f"cannot wrap the others; implement {name} as a plain hook (order it with "
+                f"tryfirst=True / trylast=True)",
+            )
+        return opts
+
+
 def hook_impls(obj: Any, label: str = "plugin") -> dict[str, pluggy.HookImpl]:
     """``{hook name: HookImpl}`` of a plugin object, validated against the specs.
 
@@ -100,25 +132,15 @@ def hook_impls(obj: Any, label: str = "plugin") -> dict[str, pluggy.HookImpl]:
     matching): unknown hooks and argument names a hook does not have raise
     ``PluginValidationError``, and so does a hook wrapper (see the module docstring).
     """
-    pm = pluggy.PluginManager(PROJECT)
+    pm = PluginManager(PROJECT)
     pm.add_hookspecs(RLHookSpecs)
     pm.register(obj, name=label)
     pm.check_pending()
     found: dict[str, pluggy.HookImpl] = {}
     for caller in pm.get_hookcallers(obj) or []:
         for impl in caller.get_hookimpls():
-            if impl.plugin is not obj:
-                continue
-            if impl.hookwrapper or impl.wrapper:
-                kind = "hookwrapper=True" if impl.hookwrapper else "wrapper=True"
-                raise pluggy.PluginValidationError(
-                    obj,
-                    f"{label}: {caller.name} is a hook wrapper ({kind}). rlhooks calls each hook "
-                    f"implementation on its own, with the component's on_error policy, so a wrapper "
-                    f"cannot wrap the others; implement {caller.name} as a plain hook (order it with "
-                    f"tryfirst=True / trylast=True)",
-                )
-            found[caller.name] = impl
+            if impl.plugin is obj:
+                found[caller.name] = impl
     return found
 
 

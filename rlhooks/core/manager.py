@@ -113,7 +113,7 @@ class RunManager:
         self.trace = config.run.trace_hooks or os.environ.get(TRACE_ENV, "") not in ("", "0")
         self.run_dir = Path(run_dir) if run_dir is not None else Path(config.run.out_dir) / config.run.name
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm = dispatch.PluginManager(hookspecs.PROJECT)  # refuses hook wrappers
         self.pm.add_hookspecs(hookspecs.RLHookSpecs)
         self.components: list[Registered] = []
         self._by_plugin_name: dict[str, Registered] = {}
@@ -245,7 +245,8 @@ class RunManager:
         return cached
 
     def _external(self, impl: Any) -> Registered:
-        rec = Registered(impl.plugin_name, "plugin", impl.plugin_name, "?", impl.plugin, "warn")
+        """A plugin registered on ``pm`` directly (no config entry, the warn policy)."""
+        rec = Registered(impl.plugin_name, "plugin", impl.plugin_name, "?", impl.plugin, "warn", configured=False)
         self._by_plugin_name[impl.plugin_name] = rec
         return rec
 

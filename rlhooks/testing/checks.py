@@ -17,6 +17,7 @@ import numpy as np
 import pluggy
 
 from rlhooks.core import hookspecs
+from rlhooks.core.dispatch import PluginManager
 from rlhooks.core.hookspecs import HOOK_NAMES
 
 PLUGIN_NAME = "plugin-under-test"
@@ -33,7 +34,8 @@ def spec_argnames() -> dict[str, tuple[str, ...]]:
 
 
 def new_plugin_manager() -> pluggy.PluginManager:
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    """The plugin manager runs use: hook wrappers are refused at registration, as in a run."""
+    pm = PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs.RLHookSpecs)
     return pm
 

@@ -91,6 +91,18 @@ class TestMisspelled(HookPluginContract):
         return Misspelled()
 
 
+class Wrapping:
+    @hookimpl(hookwrapper=True)
+    def on_step_end(self, step):
+        yield
+
+
+class TestWrapping(HookPluginContract):
+    @pytest.fixture
+    def plugin(self):
+        return Wrapping()
+
+
 class Buffered:
     """Keeps metrics in memory and never writes them."""
 
@@ -284,6 +296,7 @@ def test_broken_plugins_fail_the_right_checks(pytester: pytest.Pytester) -> None
         "TestEmptyCrash::test_on_rewards_computed_empty_batch",
         "TestUndecorated::test_hook_like_methods_are_registered",
         "TestMisspelled::test_registers_on_plugin_manager",
+        "TestWrapping::test_registers_on_plugin_manager",
         "TestBuffered::test_backend_flushes_everything_on_run_end",
         "TestBuffered::test_backend_flushes_on_failed_run",
         "TestNoPosition::test_sampler_state_round_trip_mid_epoch",
@@ -325,6 +338,7 @@ def test_broken_plugins_fail_the_right_checks(pytester: pytest.Pytester) -> None
     mutated = text["TestMutator::test_on_rewards_computed_does_not_mutate_batch"]
     assert "mutated its batch" in mutated and "column 'reward' was written to" in mutated
     assert "on_reward_computed" in text["TestMisspelled::test_registers_on_plugin_manager"]
+    assert "on_step_end is a hook wrapper (hookwrapper=True)" in text["TestWrapping::test_registers_on_plugin_manager"]
     assert "decorate it with @rlhooks.hookimpl" in text["TestUndecorated::test_hook_like_methods_are_registered"]
     assert "kept only part of group" in text["TestHalfGroups::test_filter_returns_group_consistent_mask"]
 

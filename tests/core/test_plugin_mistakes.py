@@ -141,3 +141,36 @@ def test_no_warn_hint_for_objects_the_engine_registered(tmp_path, reg):
         m.log_metrics(1, {"x": 1})
     assert "on_error" not in str(e.value)
     assert re.search(r"test_plugin_mistakes\.py:\d+ in log_metrics: raise ValueError", str(e.value))
+
+
+# -- hook wrappers: refused however the object is registered ------------------------------------
+
+
+class _Wrapper:
+    @hookimpl(wrapper=True)
+    def on_step_end(self, step):
+        return (yield)
+
+
+class _OldWrapper:
+    @hookimpl(hookwrapper=True)
+    def log_metrics(self, step, metrics):
+        yield
+
+
+def test_a_wrapper_registered_by_the_engine_is_refused_naming_it(tmp_path, reg):
+    from rlhooks.core.manager import HookValidationError
+
+    with pytest.raises(HookValidationError, match=r"plugin 'wrapping' \(engine\) at wrapping does not match the hook "
+                                                  r"contract: .*on_step_end is a hook wrapper \(wrapper=True\)"):
+        manager({}, tmp_path, reg, extra_plugins=[("wrapping", _Wrapper())])
+
+
+def test_a_wrapper_registered_on_the_plugin_manager_directly_is_refused_not_called_wrongly(tmp_path, reg):
+    import pluggy
+
+    m = manager({}, tmp_path, reg)
+    with pytest.raises(pluggy.PluginValidationError, match=r"old: log_metrics is a hook wrapper \(hookwrapper=True\)"):
+        m.pm.register(_OldWrapper(), name="old")
+    assert m.pm.get_plugin("old") is None  # nothing half-registered
+    assert m.call("log_metrics", step=1, metrics={}) == []  # no generator handed back as a result
