@@ -33,7 +33,7 @@ from verl.trainer.main_ppo_v0 import BaseTaskRunner
 
 from rlhooks.core.config import apply_overrides, load_yaml
 from rlhooks.core.errors import ConfigError, ConfigIssue, RLHooksError
-from rlhooks.engines.verl.cli import DEFAULT_CONFIG_NAME, add_arguments
+from rlhooks.engines.verl.arguments import DEFAULT_CONFIG_NAME, add_arguments
 from rlhooks.engines.verl.config import BLOCK, VERL_SECTION, deep_merge, raw_block, rlhooks_config
 
 log = structlog.get_logger("rlhooks.verl")
