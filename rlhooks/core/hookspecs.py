@@ -20,6 +20,7 @@ Shared rules for every hook:
 
 from __future__ import annotations
 
+import difflib
 from typing import TYPE_CHECKING, Any, Mapping
 
 import pluggy
@@ -190,3 +191,34 @@ HOOK_NAMES: tuple[str, ...] = (
 OBSERVER_HOOKS = frozenset({"log_metrics", "log_table", "log_histogram", "on_run_start", "on_run_end"})
 #: Hooks whose results (metrics dicts) are merged into the step's metrics.
 METRIC_HOOKS = frozenset({"on_batch_sampled", "on_rewards_computed", "on_step_end"})
+
+
+def undecorated_hook_methods(obj: Any) -> list[tuple[str, str]]:
+    """``(method, hook)`` for public methods named like a hook, or a near-miss spelling of one,
+    that are not decorated with @hookimpl (pluggy never calls them). One rule for run time
+    (RunManager warns) and the contract kit (a failing check).
+
+    A near miss of a hook the object does implement (``log_metric`` beside a decorated
+    ``log_metrics``) is taken for a helper, not a misspelling.
+    """
+    marker = PROJECT + "_impl"
+    implemented: set[str] = set()
+    candidates: list[tuple[str, str]] = []
+    for attr in dir(obj):
+        if attr.startswith("_"):
+            continue
+        close = difflib.get_close_matches(attr, HOOK_NAMES, n=1, cutoff=0.85)
+        if not close:
+            continue
+        try:
+            value = getattr(obj, attr)
+        except Exception:  # noqa: BLE001 - a property may raise before the run starts
+            continue
+        if not callable(value):
+            continue
+        opts = getattr(value, marker, None)
+        if isinstance(opts, dict):
+            implemented.add(opts.get("specname") or attr)
+        else:
+            candidates.append((attr, close[0]))
+    return [(attr, hook) for attr, hook in candidates if attr == hook or hook not in implemented]

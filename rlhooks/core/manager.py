@@ -21,7 +21,6 @@ that cannot save its state (an error with strict plugins).
 from __future__ import annotations
 
 import contextlib
-import difflib
 import inspect
 import os
 import sys
@@ -44,6 +43,7 @@ from rlhooks.core.components import FilterDecision, instantiate
 from rlhooks.core.config import ComponentConfig, Config
 from rlhooks.core.data import DatasetColumns
 from rlhooks.core.errors import WARN_HINT, PluginError, RegistryError, RLHooksError
+from rlhooks.core.hookspecs import undecorated_hook_methods
 from rlhooks.core.registry import Registry
 from rlhooks.core.rewards import RewardPipeline
 from rlhooks.core.run import RunContext
@@ -535,26 +535,6 @@ def plugin_frames(exc: BaseException, obj: Any, hook: str) -> list[str]:
     except (TypeError, OSError):
         return []
     return [f"{file}:{line} in {hook} (the implementation that returned it)"]
-
-
-def undecorated_hook_methods(obj: Any) -> list[tuple[str, str]]:
-    """``(method, hook)`` for public methods named like a hook, or a near-miss spelling of one,
-    that are not decorated with @hookimpl (pluggy never calls them)."""
-    marker = hookspecs.PROJECT + "_impl"
-    out = []
-    for attr in dir(obj):
-        if attr.startswith("_"):
-            continue
-        close = difflib.get_close_matches(attr, hookspecs.HOOK_NAMES, n=1, cutoff=0.85)
-        if not close:
-            continue
-        try:
-            value = getattr(obj, attr)
-        except Exception:  # noqa: BLE001 - a property may raise before the run starts
-            continue
-        if callable(value) and not isinstance(getattr(value, marker, None), dict):
-            out.append((attr, close[0]))
-    return out
 
 
 _PLAIN_NUMBERS = (float, int)

@@ -6,7 +6,6 @@ Each check fails with a message that says which plugin, which hook and what to c
 from __future__ import annotations
 
 import copy
-import difflib
 import inspect
 import math
 from collections.abc import Iterator, Mapping
@@ -100,27 +99,19 @@ class PluginHarness:
 
 
 def hook_like_undecorated(plugin: Any, registered: frozenset[str]) -> list[str]:
-    """Public methods named like a hook (or a near-miss spelling) that pluggy did not register."""
+    """Public methods named like a hook (or a near-miss spelling) that pluggy did not register
+    (the rule RunManager warns with at run time: ``hookspecs.undecorated_hook_methods``)."""
     problems = []
-    for attr in dir(plugin):
-        if attr.startswith("_") or attr in registered:
+    for attr, hook in hookspecs.undecorated_hook_methods(plugin):
+        if attr in registered:
             continue
-        close = difflib.get_close_matches(attr, HOOK_NAMES, n=1, cutoff=0.85)
-        if not close:
-            continue
-        try:
-            value = getattr(plugin, attr)
-        except Exception:  # noqa: BLE001 - properties may raise before on_run_start
-            continue
-        if not callable(value):
-            continue
-        if attr == close[0]:
+        if attr == hook:
             problems.append(
                 f"method {attr!r} is named like a hook but is not registered: decorate it with "
                 f"@rlhooks.hookimpl (import hookimpl from rlhooks, not from pluggy)"
             )
         else:
-            problems.append(f"method {attr!r} looks like a misspelling of the hook {close[0]!r}")
+            problems.append(f"method {attr!r} looks like a misspelling of the hook {hook!r}")
     return problems
 
 

@@ -56,6 +56,26 @@ def test_engine_registered_objects_are_checked_too_and_builtins_are_clean(tmp_pa
     assert err.count("is not decorated") == 1  # none of the built-ins
 
 
+def test_a_helper_spelled_near_a_hook_the_plugin_implements_is_not_called_a_misspelling(tmp_path, reg, capsys):
+    class MlflowLike:
+        @hookimpl
+        def log_metrics(self, step, metrics):
+            for k, v in metrics.items():
+                self.log_metric(k, v, step)
+
+        def log_metric(self, key, value, step):  # a helper, as in mlflow's client API
+            pass
+
+    class OnlyTheNearMiss:
+        def log_metric(self, step, metrics):
+            pass
+
+    manager({}, tmp_path, reg, extra_plugins=[("mlflow_like", MlflowLike()), ("near_miss", OnlyTheNearMiss())])
+    err = capsys.readouterr().err
+    assert "'mlflow_like'" not in err
+    assert "plugin 'near_miss' (engine) at near_miss: method 'log_metric' looks like a misspelling of the hook 'log_metrics'" in err
+
+
 # -- samplers that cannot be resumed ----------------------------------------------------------
 
 
