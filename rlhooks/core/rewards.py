@@ -3,7 +3,9 @@
 Engines call ``score(responses, targets)`` and get the total reward per row plus each
 function's component (logged as ``reward_fn/<name>`` columns). A function that raises on one
 sample is isolated: that sample's component is the entry's ``error_score`` (default 0.0) and
-the failure is counted in ``errors[name]`` (reported as ``rewards/errors/<name>``).
+the failure is counted in ``errors[name]`` (reported as ``rewards/errors/<name>``). A
+``score_batch`` that returns the wrong shape, or raises while every row scores fine alone, is
+a bug in the function: it is warned about once and the rows are scored one by one.
 """
 
 from __future__ import annotations
@@ -81,8 +83,11 @@ class RewardPipeline:
                 if values.shape == (len(responses),):
                     return values, 0
                 # a wrong-length result would broadcast into the total: score row by row instead
-            except Exception:  # noqa: BLE001 - fall back to per-row isolation below
-                pass
+                problem = f"returned shape {values.shape} for {len(responses)} rows"
+            except Exception as exc:  # noqa: BLE001 - fall back to per-row isolation below
+                problem = f"raised {type(exc).__name__}: {exc}"
+        else:
+            problem = None
         out = np.empty(len(responses), dtype=np.float64)
         failed = 0
         for i, (r, t) in enumerate(zip(responses, targets)):
@@ -97,4 +102,13 @@ class RewardPipeline:
                         f"reward function {e.name!r} raised; such samples score error_score={e.error_score}",
                         plugin=e.name, error=f"{type(exc).__name__}: {exc}",
                     )
+        if problem is not None and (failed == 0 or problem.startswith("returned")):
+            # score_batch itself is broken (a row raising is expected to fail it): say so once
+            self._report(f"{e.name}.score_batch", f"reward function {e.name!r}: score_batch() {problem}; "
+                         f"rows were scored one by one instead (slower)", e.name)
         return out, failed
+
+    def _report(self, key: str, message: str, plugin: str) -> None:
+        if key not in self._reported:
+            self._reported.add(key)
+            log.warning(message, plugin=plugin)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import structlog
+import structlog.testing
 
 from rlhooks import ConfigError, RewardFunction
 from rlhooks.host import RunManager, load_config
@@ -164,6 +166,38 @@ class HalfBatchScorer(RewardFunction):
         return np.zeros(len(responses) // 2)
 
 
-def test_wrong_length_score_batch_falls_back_to_per_row_scores():
-    res = RewardPipeline([RewardEntry("half", HalfBatchScorer())]).score(["a", "bb", "ccc", "dddd"], ["", "", "", ""])
+def test_wrong_length_score_batch_falls_back_to_per_row_scores_and_says_so_once():
+    pipe = RewardPipeline([RewardEntry("half", HalfBatchScorer())])
+    with structlog.testing.capture_logs() as logs:
+        res = pipe.score(["a", "bb", "ccc", "dddd"], ["", "", "", ""])
+        pipe.score(["a", "bb"], ["", ""])
     assert res.components["half"].tolist() == [1.0, 2.0, 3.0, 4.0] and res.errors == {}
+    warned = [e["event"] for e in logs if "score_batch()" in e["event"]]
+    assert warned == ["reward function 'half': score_batch() returned shape (2,) for 4 rows; rows were scored "
+                      "one by one instead (slower)"]
+
+
+class RaisingBatchScorer:
+    def __call__(self, response, target, **info):
+        return 1.0
+
+    def score_batch(self, responses, targets):
+        raise KeyError("tokenizer")
+
+
+def test_a_raising_score_batch_is_named_not_silently_replaced():
+    with structlog.testing.capture_logs() as logs:
+        res = RewardPipeline([RewardEntry("fast", RaisingBatchScorer())]).score(["a", "b"], ["", ""])
+    assert res.components["fast"].tolist() == [1.0, 1.0]
+    assert any("reward function 'fast': score_batch() raised KeyError: 'tokenizer'" in e["event"] for e in logs)
+
+
+def test_a_score_batch_failing_because_a_row_fails_is_not_blamed():
+    class Strict(RewardFunction):  # the default score_batch: per row, so one bad row fails it
+        def __call__(self, response, target, **info):
+            return float(len(response))  # TypeError on None
+
+    with structlog.testing.capture_logs() as logs:
+        res = RewardPipeline([RewardEntry("strict", Strict())]).score(["ab", None], ["", ""])
+    assert res.components["strict"].tolist() == [2.0, 0.0] and res.errors == {"strict": 1}
+    assert not any("score_batch()" in e["event"] for e in logs)
