@@ -157,6 +157,18 @@ def test_cli_simulate_default_config_end_to_end(tmp_path, capsys, monkeypatch):
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 2
 
 
+def test_simulate_without_the_jsonl_backend_finishes_and_says_why_there_is_no_report(tmp_path, capsys):
+    cfg = tmp_path / "nojsonl.yaml"
+    cfg.write_text(f"run: {{name: nojsonl, out_dir: {tmp_path}, steps: 2, train_batch_size: 8, gen_batch_size: 8}}\n"
+                   f"simulate: {{rows_per_source: 100}}\nbackends: [console]\n")
+    assert main(["simulate", str(cfg), "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "rlhooks simulate: nojsonl: 2 steps" in captured.out
+    assert "no report:" in captured.err and "add 'jsonl' to the run's backends" in captured.err
+    summary = json.loads((tmp_path / "nojsonl" / "summary.json").read_text())
+    assert summary["status"] == "success" and summary.get("report") is None
+
+
 def test_cli_report_command(tmp_path, capsys):
     f = tmp_path / "r" / "metrics.jsonl"
     f.parent.mkdir()

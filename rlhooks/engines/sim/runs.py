@@ -85,7 +85,13 @@ def try_report(run_dirs: list[Path], out: Path) -> str | None:
     except ImportError as exc:  # matplotlib is the optional 'report' extra
         log.warning("no report: matplotlib is not installed (pip install 'rlhooks[report]')", error=str(exc))
         return None
-    return str(write_report(run_dirs, out))
+    from rlhooks.report import ReportError
+
+    try:
+        return str(write_report(run_dirs, out))
+    except ReportError as exc:  # e.g. a config without the jsonl backend: the run itself is fine
+        log.warning(f"no report: {exc}")
+        return None
 
 
 def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str, Any]:
