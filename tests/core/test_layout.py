@@ -117,3 +117,35 @@ def test_report_is_its_own_command_module_not_the_simulators():
     assert _commands(cli_report) == {"report"}
     assert "rlhooks.cli_report" in cli.COMMAND_MODULES
     assert {"simulate", "report", "plugins", "config"} <= set(cli.build_parser()._subparsers._group_actions[0].choices)
+
+
+#: private names of pluggy's objects (PluginManager, HookCaller, HookImpl, HookRelay)
+_PLUGGY_PRIVATE = {"_name2plugin", "_plugin_distinfo", "_hookexec", "_inner_hookexec", "_hookimpls",
+                   "_call_history", "_nonwrapper_impls", "_wrapper_impls", "_verify_hook", "_multicall",
+                   "_add_hookimpl", "_plugin2hookcallers", "_traced_hookexec"}
+
+
+def _private_api_uses(tree: ast.AST) -> set[str]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("pluggy", "threading"):
+            if any(part.startswith("_") for part in node.module.split(".")[1:]):
+                found.add(f"from {node.module} import")
+            found.update(f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_"))
+        elif isinstance(node, ast.Attribute):
+            if isinstance(node.value, ast.Name) and node.value.id in ("pluggy", "threading", "atexit") \
+                    and node.attr.startswith("_"):
+                found.add(f"{node.value.id}.{node.attr}")
+            elif node.attr in _PLUGGY_PRIVATE:
+                found.add(f"._{node.attr.lstrip('_')}")
+    return found
+
+
+def test_pluggy_and_threading_are_used_through_their_public_api_everywhere():
+    uses = {str(p.relative_to(PACKAGE.parent)): _private_api_uses(ast.parse(p.read_text(encoding="utf-8")))
+            for p in PACKAGE.rglob("*.py")}
+    assert {f: u for f, u in uses.items() if u} == {}
+    # the scanner sees what it is for
+    bad = ast.parse("import threading, pluggy\nthreading._register_atexit(f)\npm._name2plugin\n"
+                    "from pluggy._hooks import HookImpl\n")
+    assert _private_api_uses(bad) == {"threading._register_atexit", "._name2plugin", "from pluggy._hooks import"}
