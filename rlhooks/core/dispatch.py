@@ -94,6 +94,10 @@ class Component(Protocol):
 FailurePolicy = Callable[[Component, str, BaseException], None]
 
 
+class HookWrapperError(pluggy.PluginValidationError):
+    """A plugin declares a hook wrapper, which rlhooks refuses (see the module docstring)."""
+
+
 class PluginManager(pluggy.PluginManager):
     """pluggy's PluginManager refusing hook wrappers as a plugin registers, whatever registers it
     (the RunManager, an engine, or code calling ``manager.pm.register`` directly).
@@ -115,7 +119,7 @@ class PluginManager(pluggy.PluginManager):
         if opts and (opts.get("hookwrapper") or opts.get("wrapper")):
             kind = "hookwrapper=True" if opts.get("hookwrapper") else "wrapper=True"
             label = self._registering or self.get_canonical_name(plugin)
-            raise pluggy.PluginValidationError(
+            raise HookWrapperError(
                 plugin,
                 f"{label}: {name} is a hook wrapper ({kind}). rlhooks calls each hook "
                 f"implementation on its own, with the component's on_error policy, so a wrapper "

@@ -168,9 +168,10 @@ class RunManager:
         try:
             self.pm.register(self._wrap(rec), name=plugin_name)
         except pluggy.PluginValidationError as exc:
+            hooks = "" if isinstance(exc, dispatch.HookWrapperError) else (
+                f"\n  Hooks are: {', '.join(hookspecs.HOOK_NAMES)}; see docs/hooks.md (`rlhooks hooks`).")
             raise HookValidationError(
-                f"{kind} {name!r} ({dist}) at {path} does not match the hook contract: {exc}\n"
-                f"  Hooks are: {', '.join(hookspecs.HOOK_NAMES)}; see rlhooks/core/hookspecs.py."
+                f"{kind} {name!r} ({dist}) at {path} does not match the hook contract: {exc}{hooks}"
             ) from None
         self.components.append(rec)
         self._by_plugin_name[plugin_name] = rec

@@ -184,6 +184,10 @@ def test_a_wrapper_registered_by_the_engine_is_refused_naming_it(tmp_path, reg):
     with pytest.raises(HookValidationError, match=r"plugin 'wrapping' \(engine\) at wrapping does not match the hook "
                                                   r"contract: .*on_step_end is a hook wrapper \(wrapper=True\)"):
         manager({}, tmp_path, reg, extra_plugins=[("wrapping", _Wrapper())])
+    try:
+        manager({}, tmp_path, reg, extra_plugins=[("wrapping", _Wrapper())])
+    except HookValidationError as exc:
+        assert "Hooks are:" not in str(exc)  # the hook list answers a misspelling, not a wrapper
 
 
 def test_a_wrapper_registered_on_the_plugin_manager_directly_is_refused_not_called_wrongly(tmp_path, reg):
