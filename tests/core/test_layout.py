@@ -149,3 +149,31 @@ def test_pluggy_and_threading_are_used_through_their_public_api_everywhere():
     bad = ast.parse("import threading, pluggy\nthreading._register_atexit(f)\npm._name2plugin\n"
                     "from pluggy._hooks import HookImpl\n")
     assert _private_api_uses(bad) == {"threading._register_atexit", "._name2plugin", "from pluggy._hooks import"}
+
+
+def test_the_readme_architecture_names_every_module_of_the_tree():
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    start = readme.index("# Architecture\n")
+    tree = readme[start:readme.index("```", readme.index("```", start) + 3)]
+    names = [p.name for p in PACKAGE.glob("*.py")] + [p.name for p in (PACKAGE / "core").glob("*.py")
+                                                       if p.name != "__init__.py"]
+    names += [f"{p.name}/" for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+    names += [f"{p.name}/" for p in (PACKAGE / "engines").iterdir() if (p / "__init__.py").exists()]
+    names += [f"{p.name}/" for p in (PACKAGE / "plugins").iterdir() if (p / "__init__.py").exists()]
+    for engine in ("sim", "verl"):
+        names += [p.name for p in (PACKAGE / "engines" / engine).glob("*.py") if p.name != "__init__.py"]
+    missing = sorted(n for n in names if n not in tree)
+    assert missing == [], f"README's Architecture section does not name {missing}"
+
+
+def test_the_readme_rollout_table_lists_the_protocols_operations():
+    import re
+
+    from rlhooks.host import Rollout
+
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("| Rollout op |"):]
+    table = table[:table.index("\n\n")]
+    documented = set(re.findall(r"`(\w+)\(", table))
+    ops = {n for n, v in vars(Rollout).items() if callable(v) and not n.startswith("_")}
+    assert documented == ops
