@@ -52,6 +52,7 @@ from rlhooks.core.hookspecs import hookimpl
 from rlhooks.core.options import DispatchOptions, build_options, finite, non_negative, positive, unit_interval
 from rlhooks.core.records import METRICS_FILE, encode_record, nonfinite_name, read_records
 from rlhooks.core.run import RunContext
+from rlhooks.core.rundir import write_atomic
 
 if TYPE_CHECKING:
     from rlhooks.core.sampler import Sampler
@@ -71,6 +72,8 @@ __all__ = [
     "build_options", "positive", "non_negative", "finite", "unit_interval", "DispatchOptions",
     # the JSONL record format (metrics.jsonl), for backends and readers
     "METRICS_FILE", "encode_record", "nonfinite_name", "read_records",
+    # files a plugin writes at run end (temp file + rename: never a truncated file)
+    "write_atomic",
     # errors
     "RLHooksError", "ConfigError", "ConfigIssue", "DataError", "PluginError", "RegistryError",
     "UnknownComponentError", "DuplicateComponentError", "BrokenPluginError", "GenerationLimitError",

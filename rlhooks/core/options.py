@@ -4,7 +4,7 @@ Validators (``attrs.field(validator=positive)``): their ``ValueError`` message b
 ``<key path> (<plugin>): <message>`` in a config error. ``build_options`` structures a mapping
 into an Options class exactly as a config does (unknown keys, wrong types and failed validators
 reported together, as a ``ConfigError``). ``DispatchOptions`` are the queue options a backend may
-add to its own Options (the dispatcher reads ``queue_size``, ``flush_timeout_s``, ``put_timeout_s``).
+add to its own Options (the dispatcher reads ``queue_size``, ``flush_timeout_s``, ``put_timeout_s``, ``max_wait_s``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from rlhooks.core.config import structure_options
-from rlhooks.core.dispatch import DEFAULT_FLUSH_TIMEOUT_S, DEFAULT_PUT_TIMEOUT_S, DEFAULT_QUEUE_SIZE
+from rlhooks.core.dispatch import DEFAULT_FLUSH_TIMEOUT_S, DEFAULT_MAX_WAIT_S, DEFAULT_PUT_TIMEOUT_S, DEFAULT_QUEUE_SIZE
 from rlhooks.core.errors import ConfigError
 
 
@@ -62,3 +62,5 @@ class DispatchOptions:
     flush_timeout_s: float = attrs.field(default=DEFAULT_FLUSH_TIMEOUT_S, validator=positive)
     #: how long the training thread waits on a full queue before declaring the backend hung
     put_timeout_s: float = attrs.field(default=DEFAULT_PUT_TIMEOUT_S, validator=positive)
+    #: total seconds per run the training thread may wait for this backend; past it, its calls are dropped
+    max_wait_s: float = attrs.field(default=DEFAULT_MAX_WAIT_S, validator=positive)

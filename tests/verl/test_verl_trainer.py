@@ -269,9 +269,13 @@ class RewardColumns:
         self.trained.append({**self._columns(batch), "advantage": batch["advantage"].copy(), "metrics": dict(metrics)})
 
 
-def test_rlhooks_reward_functions_replace_verls_score_at_the_last_token(tmp_path, data_file, tokenizer):
+def test_rlhooks_reward_functions_replace_verls_score_at_the_last_token(tmp_path, data_file, tokenizer, monkeypatch):
+    from rlhooks.engines.verl import adapter
     from rlhooks.plugins.rewards.functions import check_answer, format_approx
 
+    built = []  # trajectory Batches built from DataProtos: once per generation batch, not again at step end
+    real = adapter.trajectory_batch
+    monkeypatch.setattr(adapter, "trajectory_batch", lambda *a, **k: built.append(1) or real(*a, **k))
     seen = RewardColumns()
     cfg = verl_config(data_file, tmp_path, 2, {"rewards": ["check_answer", {"name": "format_approx", "weight": 0.5}]})
     dataset = RLHFDataset(data_files=cfg.data.train_files, tokenizer=tokenizer, config=cfg.data)
@@ -283,6 +287,7 @@ def test_rlhooks_reward_functions_replace_verls_score_at_the_last_token(tmp_path
     trainer.fit()
 
     assert len(seen.scored) == 2 and len(seen.trained) == 2
+    assert len(built) == len(seen.scored)  # one generation batch per step here: one Batch per step
     for cols in seen.scored:
         assert cols["functions"] == ("check_answer", "format_approx")
         exact = np.array([check_answer(r, t) for r, t in zip(cols["response"], cols["target"])])
