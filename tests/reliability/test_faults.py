@@ -96,9 +96,10 @@ def _assert_backends_have_everything(engine, logged: Logged, run_dir: Path, stat
         wb = readers.read_wandb(_obj(engine, "wandb"), run_dir, None).metrics
         assert sorted(wb) == sorted(want_keys)
         for step, m in logged.metrics.items():
-            # W&B adds <table>/nrows, /ncols, /increment_num, ... for a table; everything else is ours
-            tables = tuple(f"{name}/" for s, name in logged.tables if s == step)
-            assert {k for k in set(wb[step]) - set(m) if not k.startswith(tables)} == set()
+            # W&B adds <table>/nrows, /ncols, /increment_num, ... for a table, and the backend logs its
+            # step metric (train/step) and its custom charts' tables (charts/...); everything else is ours
+            tables = tuple(f"{name}/" for s, name in logged.tables if s == step) + ("charts/",)
+            assert {k for k in set(wb[step]) - set(m) - {"train/step"} if not k.startswith(tables)} == set()
             assert {k: wb[step][k] for k in m} == pytest.approx(m, nan_ok=True)
     if "test_counting" in backends:
         counting = _obj(engine, "test_counting")
