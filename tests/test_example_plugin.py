@@ -22,7 +22,9 @@ import numpy as np
 import pytest
 
 import rlhooks
-from rlhooks import Batch, RunManager, StepDriver, load_config
+import rlhooks.host
+from rlhooks import Batch
+from rlhooks.host import RunManager, StepDriver, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "examples" / "rlhooks-example-plugin"
@@ -72,13 +74,13 @@ def test_entry_points_are_visible(installed: md.Distribution) -> None:
     # installed for real: the module comes from site-packages, not from the checkout
     mod = importlib.import_module("rlhooks_example")
     assert "site-packages" in str(mod.__file__) and str(PACKAGE) not in str(mod.__file__)
-    reg = rlhooks.Registry()
+    reg = rlhooks.host.Registry()
     info = reg.info("backend", "csv")
     assert (info.dist, info.version) == (DIST, "0.1.0")
 
 
 class _TextRollout:
-    """A tiny engine: prompts with targets, responses of growing length, scored by the run's rewards."""
+    """A tiny engine: prompts with targets, responses of growing length (core's driver scores them)."""
 
     def __init__(self, manager: RunManager, n: int) -> None:
         self.m, self.n, self.drawn = manager, n, 0
@@ -94,11 +96,16 @@ class _TextRollout:
         rows = k * self.n
         responses = np.asarray(["x" * (5 * i) for i in range(rows)], dtype=object)
         targets = np.asarray(["42"] * rows, dtype=object)
-        scored = self.m.rewards.score(list(responses), list(targets))
         uid = np.repeat(np.arange(k), self.n).astype(str).astype(object)
         cols = {"uid": uid, "index": np.repeat(np.arange(k), self.n), "data_source": np.asarray(["toy"] * rows, object),
-                "reward": scored.total, **{f"reward_fn/{k_}": v for k_, v in scored.components.items()}}
-        return None, Batch(cols, meta={"reward_functions": list(scored.components)})
+                "reward": np.zeros(rows), "response": responses, "target": targets}
+        return None, Batch(cols)
+
+    def select_prompts(self, payload: None, rows: np.ndarray) -> None:
+        return None
+
+    def place_rewards(self, payload: None, reward: np.ndarray) -> None:
+        return None
 
     def select(self, payload: None, rows: np.ndarray) -> None:
         return None

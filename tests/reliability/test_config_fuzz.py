@@ -17,7 +17,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlhooks import Config, ConfigError, load_config
+from rlhooks import ConfigError
+from rlhooks.host import Config, load_config
 from rlhooks.core.components import options_class
 from rlhooks.core.config import SECTIONS
 from rlhooks.core.registry import Registry

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhooks.core.errors import RLHooksError
-from rlhooks.engines.sim.cli import _safe_name, _try_report, simulate_run
+from rlhooks.engines.sim.runs import safe_name, simulate_run, try_report
 from rlhooks.engines.sim.data import write_dataset
 from rlhooks.engines.sim.engine import load_sim_config, sim_options
 
@@ -44,7 +44,7 @@ def compare(
     seed = first.run.seed
     names: list[str] = []
     for c in configs:
-        base = _safe_name(Path(c).stem)
+        base = safe_name(Path(c).stem)
         name, i = base, 2
         while name in names:
             name, i = f"{base}-{i}", i + 1
@@ -55,7 +55,7 @@ def compare(
         summaries.append(simulate_run(c, run_overrides, data=data, progress=progress, report=False))
     result: dict[str, Any] = {"configs": [str(c) for c in configs], "data": str(data), "seed": seed, "runs": summaries}
     if report:
-        result["report"] = _try_report([Path(s["run_dir"]) for s in summaries], root / "report")
+        result["report"] = try_report([Path(s["run_dir"]) for s in summaries], root / "report")
     (root / "comparison.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     (root / "comparison.md").write_text(format_comparison(result) + "\n")
     return result

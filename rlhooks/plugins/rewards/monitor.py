@@ -45,10 +45,7 @@ import attrs
 import numpy as np
 import structlog
 
-from rlhooks import Batch, hookimpl
-from rlhooks.core.batch import ADVANTAGE, REWARD, REWARD_FN_PREFIX
-from rlhooks.core.run import RunContext
-from rlhooks.core.rundir import write_atomic
+from rlhooks import ADVANTAGE, REWARD, REWARD_FN_PREFIX, Batch, RunContext, hookimpl, write_atomic
 from rlhooks.plugins.rewards.alerts import DEFAULT_ALERTS, AlertManager, AlertSpec
 from rlhooks.plugins.rewards.analyzer import AnalyzerError, RewardAnalyzer
 from rlhooks.plugins.rewards.stats import function_stats, reward_stats

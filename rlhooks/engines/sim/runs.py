@@ -1,0 +1,188 @@
+"""A simulated run from a config to its summary: the run directory, the run, the summary and report.
+
+Used by ``rlhooks simulate`` (cli.py) and ``--compare`` (compare.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from rlhooks.core import interrupt
+from rlhooks.core.config import Config
+from rlhooks.core.errors import RLHooksError
+from rlhooks.core.metrics import split_source_key
+from rlhooks.core.rundir import BOOKKEEPING, MARKER_FILE, RunDirectory, write_atomic
+from rlhooks.engines.sim.engine import SimEngine, load_sim_config, prepare_data, sim_options
+
+log = structlog.get_logger("rlhooks.sim")
+
+#: marks a run directory made by ``rlhooks simulate`` (only such directories are replaced on a rerun)
+MARKER = MARKER_FILE
+
+
+def default_config_path() -> Path:
+    return Path(str(resources.files("rlhooks.engines.sim") / "default.yaml"))
+
+
+def fresh_run_dir(config: Config) -> RunDirectory:
+    """``<out_dir>/<name>``, locked for this run; a finished earlier ``rlhooks simulate`` run there is
+    replaced (see core/rundir.py for what is and is not deleted)."""
+    return RunDirectory.create(config.run.out_dir, config.run.name, command="rlhooks simulate")
+
+
+def simulate_run(
+    source: str | Path | None,
+    overrides: Sequence[str] = (),
+    *,
+    data: str | Path | None = None,
+    progress: bool = False,
+    report: bool = True,
+) -> dict[str, Any]:
+    """One simulated run from a config file (None: the embedded default); returns its summary.
+
+    The summary (and summary.json) is written for an interrupted or failed run too; then the
+    KeyboardInterrupt or error is raised again. ``summary["status"]`` is the run's status as the
+    plugins saw it in ``on_run_end`` ("failed" also when a backend lost logged data).
+    """
+    config = load_sim_config(source if source is not None else default_config_path(), overrides=list(overrides))
+    with fresh_run_dir(config) as rd:
+        run_dir = rd.path
+        write_atomic(run_dir / "config.yaml", config.to_yaml())
+        dataset = prepare_data(sim_options(config), run_dir, data)
+        engine = SimEngine(config, dataset, run_dir=run_dir)
+        t0 = time.perf_counter()
+        try:
+            engine.run(progress=progress)
+        except BaseException:
+            with interrupt.deferred():
+                try:
+                    _write_summary(engine, time.perf_counter() - t0, run_dir, report=False)
+                except OSError as exc:  # the run's own error (or the interrupt) is the one to report
+                    log.error(f"cannot write {run_dir / 'summary.json'}: {exc.strerror or exc}")
+                rd.finish(engine.manager.final_status or "failed")
+            raise
+        with interrupt.deferred():  # a SIGTERM now waits until the run-end files are written
+            summary = _write_summary(engine, time.perf_counter() - t0, run_dir, report=report)
+            rd.finish(summary["status"])
+    return summary
+
+
+def _write_summary(engine: SimEngine, elapsed: float, run_dir: Path, *, report: bool) -> dict[str, Any]:
+    summary = build_summary(engine, elapsed, run_dir)
+    if report and summary["status"] != "interrupted":
+        summary["report"] = try_report([run_dir], run_dir / "report")
+    summary["files"] = sorted({*summary["files"], "summary.json", *(["report/"] if summary.get("report") else [])})
+    write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    return summary
+
+
+def try_report(run_dirs: list[Path], out: Path) -> str | None:
+    try:
+        from rlhooks.report import write_report
+    except ImportError as exc:  # matplotlib is the optional 'report' extra
+        log.warning("no report: matplotlib is not installed (pip install 'rlhooks[report]')", error=str(exc))
+        return None
+    return str(write_report(run_dirs, out))
+
+
+def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str, Any]:
+    m = engine.last_metrics
+    acc = engine.accuracy()
+    per_source: dict[str, dict[str, Any]] = {}  # source/<name>/<metric> of the last step; names may hold '/'
+    for key, value in m.items():
+        split = split_source_key(key)
+        if split is not None:
+            per_source.setdefault(split[0], {})[split[1]] = value
+    sources = {}
+    for s, name in enumerate(engine.data.source_names):
+        sources[name] = {
+            "accuracy": acc.get(name),
+            "skill": engine.skill(s),
+            "steps_to_target": engine.reached.get(name),
+            "last_step": per_source.get(name, {}),
+        }
+    curriculum = {k.split("/", 1)[1]: v for k, v in m.items() if k.startswith("curriculum/")}
+    filt = {k: v for k, v in m.items() if k.startswith("filter/")}
+    generated = engine.generated_trajectories
+    trained = engine.trained_trajectories
+    alerts = {k.split("/", 1)[1]: v for k, v in m.items() if k.startswith("alerts/")}
+    return {
+        "name": engine.config.run.name,
+        "status": engine.manager.final_status or "failed",
+        "run_dir": str(run_dir),
+        "steps": engine.step,
+        "seed": engine.config.run.seed,
+        "seconds": round(elapsed, 2),
+        "target_accuracy": engine.options.target_accuracy,
+        "sources": sources,
+        "mean_accuracy": float(sum(a for a in acc.values()) / len(acc)) if acc else None,
+        "curriculum": curriculum,
+        "sampler_weights": {k[len("sampler/weight/"):]: v for k, v in m.items() if k.startswith("sampler/weight/")},
+        "filter": filt,
+        "generated_trajectories": generated,
+        "trained_trajectories": trained,
+        "filter_efficiency": trained / generated if generated else None,
+        "alerts": alerts,
+        "alert_details": engine.alert_details(),
+        "plugin_failures": engine.manager.failure_summary(),
+        "files": sorted(p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir()
+                        if p.name not in BOOKKEEPING and not p.name.startswith(".summary.json.")),
+    }
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    lines = [f"rlhooks simulate: {s['name']}: {s['steps']} steps in {s['seconds']:.1f} s (seed {s['seed']})"]
+    target = s["target_accuracy"]
+    width = max([14, *(len(n) for n in s["sources"])])  # whole names (verl's are like openai/gsm8k)
+    lines.append(f"  {'source':<{width}} {'accuracy':>8} {'skill':>6} {f'steps to {target:.2f}':>15}")
+    for name, v in s["sources"].items():
+        acc = "-" if v["accuracy"] is None else f"{v['accuracy']:.3f}"
+        reached = "not reached" if v["steps_to_target"] is None else str(v["steps_to_target"])
+        lines.append(f"  {name:<{width}} {acc:>8} {v['skill']:>6.3f} {reached:>15}")
+    cur = s["curriculum"]
+    if cur:
+        parts = [f"level {cur['level']:g}" if "level" in cur else None,
+                 f"percentile {cur['percentile']:g}%" if "percentile" in cur else None,
+                 f"{cur['num_items']:,.0f} items unlocked" if "num_items" in cur else None]
+        lines.append("  curriculum: " + ", ".join(p for p in parts if p))
+    if s["sampler_weights"]:
+        lines.append("  sampler weights: " + ", ".join(f"{k} {v:.2f}" for k, v in s["sampler_weights"].items()))
+    eff = s["filter_efficiency"]
+    line = f"  trajectories: {s['generated_trajectories']:,} generated, {s['trained_trajectories']:,} trained"
+    if eff is not None:
+        line += f" (filter efficiency {eff:.0%})"
+    lines.append(line)
+    if "kept_ratio" in {k.split("/", 1)[1] for k in s["filter"]}:
+        lines.append(f"  last step: filter kept {s['filter']['filter/kept_ratio']:.0%} of generated groups")
+    alerts = s["alert_details"]
+    if alerts is not None:
+        total = alerts.get("total", 0)
+        by = alerts.get("by_metric", {})
+        detail = "; ".join(f"{k} x{v['count']} (steps {v['first_step']}-{v['last_step']})" for k, v in list(by.items())[:4])
+        lines.append(f"  alerts: {total}" + (f" - {detail}" if detail else ""))
+    elif "total" in s["alerts"]:
+        lines.append(f"  alerts: {s['alerts']['total']:g}")
+    for label, info in s.get("plugin_failures", {}).items():
+        hooks = ", ".join(f"{h} x{n}" for h, n in info["by_hook"].items())
+        lines.append(f"  plugin failures: {label}: {info['failures']}" + (f" ({hooks})" if hooks else "")
+                     + (f", {info['dropped']} call(s) not delivered" if info["dropped"] else "")
+                     + (", disabled" if info["disabled"] else ""))
+    if s.get("status", "success") != "success":
+        lines.append(f"  status: {s['status']}")
+    lines.append(f"  output: {s['run_dir']}/  " + "  ".join(s["files"]))
+    if s.get("report"):
+        lines.append(f"  report: {s['report']}")
+    return "\n".join(lines)
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
