@@ -38,7 +38,7 @@ import numpy as np
 import pluggy
 import structlog
 
-from rlhooks.core import dispatch, hookspecs, rundir
+from rlhooks.core import dispatch, hookspecs, interrupt, rundir
 from rlhooks.core.batch import Batch
 from rlhooks.core.components import FilterDecision, instantiate
 from rlhooks.core.config import ComponentConfig, Config
@@ -365,15 +365,16 @@ class RunManager:
                 status = "interrupted"
                 raise
             finally:
-                if status == "success":
-                    dispatch.flush_components(self.components)
-                    if self.lost_data():
-                        status = "failed"
-                self.final_status = status
-                try:
-                    self.end(status)
-                finally:
-                    self.report_failures()
+                with interrupt.deferred():  # a SIGTERM now waits until the run has ended
+                    if status == "success":
+                        dispatch.flush_components(self.components)
+                        if self.lost_data():
+                            status = "failed"
+                    self.final_status = status
+                    try:
+                        self.end(status)
+                    finally:
+                        self.report_failures()
 
     def lost_data(self) -> list[str]:
         """One line per logging backend that lost data this run (empty when none did)."""

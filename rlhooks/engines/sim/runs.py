@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 
+from rlhooks.core import interrupt
 from rlhooks.core.config import Config
 from rlhooks.core.errors import RLHooksError
 from rlhooks.core.metrics import split_source_key
@@ -62,11 +63,16 @@ def simulate_run(
         try:
             engine.run(progress=progress)
         except BaseException:
-            _write_summary(engine, time.perf_counter() - t0, run_dir, report=False)
-            rd.finish(engine.manager.final_status or "failed")
+            with interrupt.deferred():
+                try:
+                    _write_summary(engine, time.perf_counter() - t0, run_dir, report=False)
+                except OSError as exc:  # the run's own error (or the interrupt) is the one to report
+                    log.error(f"cannot write {run_dir / 'summary.json'}: {exc.strerror or exc}")
+                rd.finish(engine.manager.final_status or "failed")
             raise
-        summary = _write_summary(engine, time.perf_counter() - t0, run_dir, report=report)
-        rd.finish(summary["status"])
+        with interrupt.deferred():  # a SIGTERM now waits until the run-end files are written
+            summary = _write_summary(engine, time.perf_counter() - t0, run_dir, report=report)
+            rd.finish(summary["status"])
     return summary
 
 
