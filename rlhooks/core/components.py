@@ -31,7 +31,7 @@ from rlhooks.core.data import DatasetColumns
 
 ON_ERROR_CHOICES = ("raise", "warn", "disable")
 #: default on_error per kind: steering components raise, observers warn
-DEFAULT_ON_ERROR = {"sampler": "raise", "filter": "raise", "reward": "warn", "backend": "warn", "plugin": "warn"}
+DEFAULT_ON_ERROR = {"sampler": "raise", "filter": "raise", "prompt_filter": "raise", "reward": "warn", "backend": "warn", "plugin": "warn"}
 
 
 @attrs.frozen

@@ -40,6 +40,10 @@ class Rollout(Protocol[P]):
     def concat(self, payloads: list[P]) -> P:
         """Engine objects of several generation batches, rows in order."""
 
+    def select_prompts(self, payload: P, rows: np.ndarray) -> P:
+        """The *prompt* engine object restricted to prompt rows ``rows`` (the pre-generation stage;
+        optional: ``select`` is used when an engine does not define it)."""
+
 
 @attrs.define
 class _Part(Generic[P]):
@@ -146,12 +150,19 @@ class StepDriver:
         m = self.manager
         metrics: dict[str, float] = {}
         acc: GroupAccumulator[P] = GroupAccumulator(self.run.train_batch_size, self.run.max_num_gen_batches, self.run.on_gen_limit)
+        stage = m.prompt_stage
+        stage.begin_step()
+        learning_metrics: dict[str, float] = {}
         while True:
             generation = acc.num_gen_batches + 1
             payload, prompts = rollout.sample(step)
+            if stage.active:  # pre-generation stage: prompt filters (core/pregen.py)
+                payload, prompts = stage.select(step, generation, rollout, payload, prompts)
             merge_metrics(metrics, m.batch_sampled(step, prompts.with_meta(step=step, generation=generation)))
             payload, trajectories = rollout.generate(step, payload)
             trajectories = trajectories.with_meta(step=step, generation=generation)
+            for k, v in m.update_learning(step, trajectories).items():  # before any filter
+                learning_metrics[k] = learning_metrics.get(k, 0.0) + v
             merge_metrics(metrics, m.rewards_computed(step, trajectories))
             keep, filter_metrics = m.apply_filters(trajectories)
             acc.add(payload, trajectories, keep, filter_metrics)
@@ -169,6 +180,11 @@ class StepDriver:
         if not m.filters:  # without filters only the generation count means something
             acc_metrics = {"train/num_gen_batches": acc_metrics["train/num_gen_batches"]}
         metrics.update(acc_metrics)
+        if learning_metrics:
+            learning_metrics["learning/rows_seen"] = float(m.learning.rows_seen)
+            metrics.update(learning_metrics)
+        if stage.active:
+            metrics.update(stage.metrics())
         return Collected(payload, batch.with_meta(step=step), metrics)
 
     def finish_step(self, step: int, batch: Batch, metrics: Mapping[str, Any]) -> dict[str, float]:

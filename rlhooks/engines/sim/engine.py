@@ -262,6 +262,9 @@ class SimEngine:
     def concat(self, payloads: list[Batch]) -> Batch:
         return Batch.concat(payloads)
 
+    def select_prompts(self, payload: Batch, rows: np.ndarray) -> Batch:
+        return payload.select(rows)
+
     def _wrong_answers(self, rows: np.ndarray) -> np.ndarray:
         """A plausible wrong answer per row: a near miss for numbers, another item's answer otherwise."""
         num = self.data.numeric_target[rows]

@@ -87,6 +87,9 @@ class VerlRollout:
     def concat(self, payloads: list[DataProto]) -> DataProto:
         return adapter.concat(payloads)
 
+    def select_prompts(self, payload: DataProto, rows: np.ndarray) -> DataProto:
+        return adapter.select_rows(payload, rows)
+
 
 class RLHooksRayPPOTrainer(RayPPOTrainer):
     """verl's legacy PPO/GRPO trainer driven by rlhooks plugins.
@@ -126,6 +129,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         )
         self.rl = RunManager(rlhooks_config(self.config, steps=max(int(steps), 1)), extra_plugins=self._rlhooks_plugins)
         self.driver = StepDriver(self.rl)
+        self.rl.attach_data(adapter.dataset_columns(train_dataset))  # the prompt-level learning state
         if self.rl.config.sampler is not None:
             if train_sampler is not None:
                 log.info("the rlhooks sampler replaces verl's train sampler", sampler=self.rl.config.sampler.name,
