@@ -88,6 +88,9 @@ class RunOptions:
     #: pre-generation stage: sampler batches drawn at most per generation batch to fill it with
     #: prompts the prompt filters keep (the rest is filled with skipped prompts)
     max_prompt_draws: int = attrs.field(default=8, validator=_positive)
+    #: size of a step's 2nd, 3rd... generation batch: "fixed" = gen_batch_size; "adaptive" = the
+    #: prompts still needed / the step's kept ratio so far * 1.25, at least gen_batch_size / 6 (GRESO's rule)
+    gen_batch_sizing: Literal["fixed", "adaptive"] = "fixed"
 
     @property
     def effective_gen_batch_size(self) -> int:

@@ -21,6 +21,7 @@ import structlog
 from rlhooks.core.batch import Batch
 from rlhooks.core.errors import GenerationLimitError
 from rlhooks.core.manager import RunManager, merge_metrics
+from rlhooks.core.pregen import adaptive_size
 
 log = structlog.get_logger("rlhooks.driver")
 
@@ -156,8 +157,12 @@ class StepDriver:
         while True:
             generation = acc.num_gen_batches + 1
             payload, prompts = rollout.sample(step)
-            if stage.active:  # pre-generation stage: prompt filters (core/pregen.py)
-                payload, prompts = stage.select(step, generation, rollout, payload, prompts)
+            want = None
+            if self.run.gen_batch_sizing == "adaptive" and generation > 1:
+                want = adaptive_size(len(prompts), self.run.train_batch_size - acc.kept_groups, acc.kept_groups,
+                                     acc.generated_groups, getattr(rollout, "prompt_multiple", 1))
+            if stage.active or want is not None:  # pre-generation stage (core/pregen.py)
+                payload, prompts = stage.select(step, generation, rollout, payload, prompts.with_meta(step=step), want)
             merge_metrics(metrics, m.batch_sampled(step, prompts.with_meta(step=step, generation=generation)))
             payload, trajectories = rollout.generate(step, payload)
             trajectories = trajectories.with_meta(step=step, generation=generation)
@@ -183,8 +188,7 @@ class StepDriver:
         if learning_metrics:
             learning_metrics["learning/rows_seen"] = float(m.learning.rows_seen)
             metrics.update(learning_metrics)
-        if stage.active:
-            metrics.update(stage.metrics())
+        metrics.update(stage.metrics())
         return Collected(payload, batch.with_meta(step=step), metrics)
 
     def finish_step(self, step: int, batch: Batch, metrics: Mapping[str, Any]) -> dict[str, float]:

@@ -8,7 +8,9 @@ Runs inside ``StepDriver.collect`` for every generation batch, the same in every
        out, the rest is filled with skipped prompts, in draw order ("forced")
 
 So a generation batch always has its configured size (verl's divisibility of the generation
-batch by the rollout world size and ``n`` holds as it does without the stage). Kept prompts past
+batch by the rollout world size and ``n`` holds as it does without the stage), or with
+``run.gen_batch_sizing: adaptive`` the size ``adaptive_size`` gives (a multiple of the engine's
+``prompt_multiple``). Kept prompts past
 the size ("surplus") are not generated; like skipped prompts they were consumed from the
 sampler's epoch. Metrics (summed over the step's generation batches):
 
@@ -34,6 +36,21 @@ import numpy as np
 from rlhooks.core.batch import DATA_SOURCE, INDEX, Batch, factorize
 
 
+def adaptive_size(configured: int, needed_groups: int, kept_groups: int, generated_groups: int, multiple: int = 1) -> int:
+    """GRESO's adaptive generation-batch size for a step's next generation batch.
+
+    ``needed / kept ratio so far * 1.25`` prompts, at least ``configured / 6`` (GRESO: 64 of 384),
+    at most ``configured``, rounded up to a multiple of ``multiple`` (verl: the prompts whose ``n``
+    responses split evenly over the rollout workers).
+    """
+    ratio = kept_groups / generated_groups if generated_groups else 1.0
+    want = configured if ratio <= 0 else int(np.ceil(needed_groups / ratio * 1.25))
+    want = max(min(want, configured), int(np.ceil(configured / 6)), 1)
+    multiple = max(int(multiple), 1)
+    want = int(np.ceil(want / multiple) * multiple)
+    return want if want <= configured else configured
+
+
 class PromptStage:
     """Applies the manager's prompt filters to sampled prompt batches; keeps the step's counts."""
 
@@ -53,10 +70,19 @@ class PromptStage:
     def _add(self, key: str, value: float) -> None:
         self.step_metrics[key] = self.step_metrics.get(key, 0.0) + float(value)
 
-    def select(self, step: int, generation: int, rollout: Any, payload: Any, prompts: Batch) -> tuple[Any, Batch]:
-        """The generation batch to generate: filtered, topped up from the sampler, of the sampled size."""
+    def select(self, step: int, generation: int, rollout: Any, payload: Any, prompts: Batch,
+               want: int | None = None) -> tuple[Any, Batch]:
+        """The generation batch to generate: filtered, topped up from the sampler, of ``want`` prompts
+        (default: the sampled size)."""
         m = self.manager
-        want = len(prompts)
+        want = len(prompts) if want is None else min(int(want), len(prompts))
+        if not self.active:  # adaptive sizing only: the first ``want`` prompts
+            if want < len(prompts):
+                self._add("prompt_filter/surplus", len(prompts) - want)
+                rows = np.arange(want)
+                select = getattr(rollout, "select_prompts", None) or rollout.select
+                return select(payload, rows), prompts.select(rows)
+            return payload, prompts
         max_draws = m.config.run.max_prompt_draws
         n = int(prompts.meta.get("n", m.config.run.n))
         parts: list[tuple[Any, Batch, np.ndarray]] = []
@@ -75,6 +101,7 @@ class PromptStage:
             if kept >= want or draw >= max_draws:
                 break
             payload, prompts = rollout.sample(step)
+            prompts = prompts.with_meta(step=step)
 
         # kept prompts in draw order first, then skipped ones if the draws ran out
         need = want
@@ -133,6 +160,8 @@ class PromptStage:
 
     def metrics(self) -> dict[str, float]:
         out = dict(self.step_metrics)
+        if not self.active:
+            return {k: v for k, v in out.items() if k == "prompt_filter/surplus"}
         if out.get("prompt_filter/sampled"):
             out["prompt_filter/skip_ratio"] = out["prompt_filter/skipped"] / out["prompt_filter/sampled"]
         out["prompt_filter/skipped_total"] = float(self.skipped_total)

@@ -3,8 +3,9 @@
 Each config runs as ``<out>/compare/<config file stem>``; the generated dataset is written once
 (``<out>/compare/data.parquet``) unless ``--data`` names one. The comparison table (also written
 as comparison.md and comparison.json) gives per source the first step whose simulated accuracy
-reached ``simulate.target_accuracy``, the final accuracy, and the generated vs trained
-trajectories (what the filters cost).
+reached ``simulate.target_accuracy``, the final accuracy, the trajectories generated until the
+mean accuracy first reached the target (``generated_to_target``, next to the final mean accuracy),
+and the generated vs trained trajectories (what the filters cost).
 """
 
 from __future__ import annotations
@@ -79,7 +80,10 @@ def format_comparison(result: dict[str, Any]) -> str:
             v = r["sources"].get(s, {}).get("accuracy")
             cells.append("-" if v is None else f"{v:.3f}")
         rows.append([f"final accuracy: {s}", *cells])
+    rows.append([f"steps to {target:.2f}: mean", *["-" if r.get("steps_to_target") is None else str(r["steps_to_target"]) for r in runs]])
     rows.append(["final accuracy: mean", *[f"{r['mean_accuracy']:.3f}" if r["mean_accuracy"] is not None else "-" for r in runs]])
+    rows.append([f"generated to {target:.2f}: mean",
+                 *["-" if r.get("generated_to_target") is None else f"{r['generated_to_target']:,}" for r in runs]])
     rows.append(["generated trajectories", *[f"{r['generated_trajectories']:,}" for r in runs]])
     rows.append(["trained trajectories", *[f"{r['trained_trajectories']:,}" for r in runs]])
     rows.append(["trained / generated", *[f"{r['filter_efficiency']:.0%}" if r["filter_efficiency"] else "-" for r in runs]])
