@@ -18,6 +18,8 @@ The training part calls verl's own methods; the lines around them follow verl 0.
 
 from __future__ import annotations
 
+import math
+
 import os
 import uuid
 from collections.abc import Iterable, Iterator
@@ -89,6 +91,12 @@ class VerlRollout:
 
     def select_prompts(self, payload: DataProto, rows: np.ndarray) -> DataProto:
         return adapter.select_rows(payload, rows)
+
+    @property
+    def prompt_multiple(self) -> int:
+        """Adaptive generation batches are a multiple of this: their n responses split evenly over the rollout workers."""
+        world = int(getattr(self.trainer.actor_rollout_wg, "world_size", 1) or 1)
+        return world // math.gcd(world, int(self.trainer.config.actor_rollout_ref.rollout.n))
 
 
 class RLHooksRayPPOTrainer(RayPPOTrainer):
