@@ -489,7 +489,7 @@ def load_config(
     raw = apply_overrides(raw, overrides)
     registry = registry if registry is not None else Registry()
     extra_sections = dict(extra_sections or {})
-    issues: list[ConfigIssue] = []
+    issues: list[ConfigIssue] = lift_filter_run_options(raw)
 
     # Phase 1: the outer shape.
     passthrough = tuple(passthrough)
@@ -540,6 +540,53 @@ def load_config(
     if issues:
         raise ConfigError(issues, src_name)
     return Config(run=run, extra=extra, source=src_name, raw=raw, **sections)
+
+
+#: DAPO filter names whose entry may carry run options, as the dynamic-sampling document groups them
+DAPO_FILTER_NAMES = ("dapo", "filter_groups")
+#: run options accepted on a DAPO filter entry (``filters: [{name: dapo, max_num_gen_batches: 10}]``)
+FILTER_RUN_KEYS = ("max_num_gen_batches",)
+
+
+def lift_filter_run_options(raw: dict[str, Any]) -> list[ConfigIssue]:
+    """Move run options written on a DAPO filter entry into ``run:`` (in place).
+
+    A value that differs from an explicit ``run.<key>`` (or from another filter entry) is an
+    issue naming both keys. Returns the issues; ``raw`` keeps the entries it could not lift.
+    """
+    filters = raw.get("filters")
+    if isinstance(filters, Mapping):
+        filters = [filters]
+    if not isinstance(filters, list):
+        return []
+    issues: list[ConfigIssue] = []
+    origin: dict[str, str] = {}
+    for i, item in enumerate(filters):
+        if not isinstance(item, Mapping) or item.get("name") not in DAPO_FILTER_NAMES:
+            continue
+        for key in FILTER_RUN_KEYS:
+            if key not in item:
+                continue
+            item = dict(item)
+            value = item.pop(key)
+            run = raw.get("run")
+            if run is None:
+                run = raw["run"] = {}
+            if not isinstance(run, dict):
+                return issues  # phase 1 reports a malformed run: section
+            here = f"filters[{i}].{key}"
+            if key in run and run[key] is not None and run[key] != value:
+                where = origin.get(key, f"run.{key}")
+                issues.append(ConfigIssue(here, f"is {value!r} but {where} is {run[key]!r}; it is one setting "
+                                          f"(run.{key}): give it once, or make the two agree"))
+                continue
+            run[key] = value
+            origin[key] = here
+            if isinstance(raw["filters"], list):
+                raw["filters"][i] = item
+            else:
+                raw["filters"] = item
+    return issues
 
 
 def _section(raw: Mapping[str, Any], key: str) -> Any:

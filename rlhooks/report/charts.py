@@ -14,6 +14,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
+from rlhooks.core.metrics import split_source_key
 from rlhooks.report.reader import RunData
 
 LINESTYLES = ("-", "--", ":", "-.")
@@ -26,11 +27,19 @@ class Panel:
     ylabel: str = ""
     stacked: bool = False  # stacked area (single run only)
     smooth: int = 1  # moving-average window
+    #: a per-source panel: every ``source/<name>/<this>`` key, labelled by its (any) source name
+    source_metric: str | None = None
 
     def matches(self, run: RunData) -> list[tuple[str, str]]:
         """(label, key) of the series this panel draws for ``run``, sorted by label."""
-        rx = re.compile(self.pattern)
         out = []
+        if self.source_metric is not None:
+            for key in run.series:
+                split = split_source_key(key)
+                if split is not None and split[1] == self.source_metric:
+                    out.append((split[0], key))
+            return sorted(out)
+        rx = re.compile(self.pattern)
         for key in run.series:
             m = rx.fullmatch(key)
             if m:
@@ -49,23 +58,23 @@ class Chart:
 
 CHARTS: tuple[Chart, ...] = (
     Chart("overview.png", "Overview", (
-        Panel("accuracy per source (simulated learner)", r"sim/accuracy/(?P<label>(?!mean$)[^/]+)", "expected accuracy"),
-        Panel("reward per source (trained rows)", r"source/(?P<label>[^/]+)/reward", "mean reward", smooth=3),
+        Panel("accuracy per source (simulated learner)", r"sim/accuracy/(?P<label>(?!mean$).+)", "expected accuracy"),
+        Panel("reward per source (trained rows)", r"source/<name>/reward", "mean reward", smooth=3, source_metric="reward"),
         Panel("curriculum percentile", r"curriculum/percentile", "% of items unlocked"),
         Panel("filter kept ratio", r"filter/kept_ratio", "kept / generated groups"),
     ), "no accuracy, source, curriculum or filter metrics"),
     Chart("batch_composition.png", "Batch composition per source", (
-        Panel("trained rows per source", r"source/(?P<label>[^/]+)/count", "trajectories", stacked=True, smooth=5),
-        Panel("generated rows per source", r"source/(?P<label>[^/]+)/generated_count", "trajectories", stacked=True, smooth=5),
+        Panel("trained rows per source", r"source/<name>/count", "trajectories", stacked=True, smooth=5, source_metric="count"),
+        Panel("generated rows per source", r"source/<name>/generated_count", "trajectories", stacked=True, smooth=5, source_metric="generated_count"),
     ), "no source/<name>/count metrics (enable source_metrics in rewards:)"),
     Chart("reward_per_source.png", "Reward per source", (
-        Panel("trained rows", r"source/(?P<label>[^/]+)/reward", "mean reward", smooth=3),
-        Panel("all generated rows (before filters)", r"source/(?P<label>[^/]+)/generated_reward", "mean reward", smooth=3),
-        Panel("accuracy of generated rows", r"source/(?P<label>[^/]+)/generated_acc", "acc", smooth=3),
+        Panel("trained rows", r"source/<name>/reward", "mean reward", smooth=3, source_metric="reward"),
+        Panel("all generated rows (before filters)", r"source/<name>/generated_reward", "mean reward", smooth=3, source_metric="generated_reward"),
+        Panel("accuracy of generated rows", r"source/<name>/generated_acc", "acc", smooth=3, source_metric="generated_acc"),
     ), "no source/<name>/reward metrics (enable source_metrics in rewards:)"),
     Chart("sampler_weights.png", "Sampler weights", (
-        Panel("sampling weight per source", r"sampler/weight/(?P<label>[^/]+)", "weight"),
-        Panel("reward EMA per source", r"sampler/reward_ema/(?P<label>[^/]+)", "reward EMA"),
+        Panel("sampling weight per source", r"sampler/weight/(?P<label>.+)", "weight"),
+        Panel("reward EMA per source", r"sampler/reward_ema/(?P<label>.+)", "reward EMA"),
     ), "no sampler/weight/<source> metrics (no multi-source sampler configured)"),
     Chart("curriculum.png", "Curriculum", (
         Panel("level", r"curriculum/level", "level"),
@@ -88,9 +97,10 @@ CHARTS: tuple[Chart, ...] = (
         Panel("contribution to the total", r"contributions/(?P<label>[^/]+)", "%"),
     ), "no rewards/functions/* metrics (enable reward_monitor in rewards:)"),
     Chart("learner.png", "Simulated learner", (
-        Panel("mean skill per source", r"sim/skill/(?P<label>[^/]+)", "skill"),
-        Panel("malformed-response rate", r"sim/malformed_rate/(?P<label>[^/]+)", "rate"),
-        Panel("KL (simulated)", r"actor/ppo_kl", "kl"),
+        Panel("mean skill per source", r"sim/skill/(?P<label>.+)", "skill"),
+        Panel("malformed-response rate", r"sim/malformed_rate/(?P<label>.+)", "rate"),
+        Panel("KL to the reference (simulated)", r"actor/kl_loss", "kl"),
+        Panel("update KL (simulated)", r"actor/ppo_kl", "kl"),
         Panel("policy entropy (simulated)", r"actor/entropy", "entropy"),
     ), "no sim/* metrics (not a simulated run)"),
 )

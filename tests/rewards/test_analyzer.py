@@ -164,7 +164,7 @@ def test_saved_run_analysis_matches_the_monitors_run_end_report(tmp_path):
                            "reward_fn/check_answer": f1, "reward_fn/format_exact": f2},
                           meta={"reward_functions": ["check_answer", "format_exact"]})
             m.rewards_computed(step, batch)
-            merged = {"actor/ppo_kl": 0.01 * step, **m.step_end(step, batch, {"actor/ppo_kl": 0.01 * step})}
+            merged = {"actor/kl_loss": 0.01 * step, **m.step_end(step, batch, {"actor/kl_loss": 0.01 * step})}
             m.log_metrics(step, merged)
             m.dispatch_emitted()
     summary = json.loads((tmp_path / "saved" / "reward_monitor.json").read_text())

@@ -96,7 +96,8 @@ def test_generated_statistics_dynamics_and_contributions(tmp_path):
     assert out["contributions/check_answer"] == pytest.approx(100 * w1 / (w1 + w2))
     assert out["contributions/format_exact"] == pytest.approx(100 * w2 / (w1 + w2))
 
-    assert out["training/kl_divergence"] == 0.125  # actor/ppo_kl wins over actor/kl_loss
+    assert out["training/kl_divergence"] == 9.0  # the KL to the reference (actor/kl_loss), not the update KL
+    assert out["training/policy_update_kl"] == 0.125  # actor/ppo_kl under its own name
     assert out["training/policy_entropy"] == 2.5
     assert out["training/advantage_mean"] == pytest.approx(0.0)
     assert out["training/advantage_std"] == pytest.approx(math.sqrt((1 + 1 + 0.25 + 0.25) / 4))
@@ -109,7 +110,10 @@ def test_stats_on_trained_and_kl_loss_fallback(tmp_path):
     out = mon.on_step_end(step=1, batch=traj(**GEN1), metrics={"actor/kl_loss": 0.5})
     assert out["rewards/mean"] == pytest.approx(np.mean(GEN1["rewards"]))
     assert out["rewards/count"] == 4
-    assert out["training/kl_divergence"] == 0.5
+    assert out["training/kl_divergence"] == 0.5 and "training/policy_update_kl" not in out
+    out = mon.on_step_end(step=2, batch=traj(**GEN1), metrics={"actor/reward_kl_penalty": 0.25, "actor/ppo_kl": 3.0})
+    assert out["training/kl_divergence"] == 0.25 and out["training/policy_update_kl"] == 3.0  # verl's in-reward KL
+    out = mon.on_step_end(step=3, batch=traj(**GEN1), metrics={"actor/kl_loss": 0.5})
     assert out["contributions/check_answer"] == pytest.approx(
         100 * abs(np.mean(GEN1["f1"])) / (abs(np.mean(GEN1["f1"])) + abs(np.mean(GEN1["f2"]))))  # weight 1 unconfigured
     assert "training/policy_entropy" not in out and "training/advantage_mean" not in out
@@ -156,7 +160,7 @@ def test_alerts_histograms_and_run_end_summary(tmp_path):
         rewards = [x + d for x in GEN1["rewards"]]
         batch = traj(rewards, GEN1["f1"], GEN1["f2"])
         m.rewards_computed(step, batch)
-        metrics = {"actor/ppo_kl": 0.1 * step, "val/acc": 0.5}
+        metrics = {"actor/kl_loss": 0.1 * step, "val/acc": 0.5}
         merged = {**metrics, **m.step_end(step, batch, metrics)}
         m.log_metrics(step, merged)
         m.dispatch_emitted()

@@ -158,7 +158,7 @@ def test_every_builtin_plugin_fires(small_data, tmp_path):
         "filter (dapo)": ["filter/kept_ratio", "train/num_gen_batches", "filter/dropped_all_max"],
         "source_metrics": ["source/chain/count", "source/chain/reward", "source/chain/acc", "source/chain/generated_count"],
         "reward_monitor": ["rewards/mean", "rewards/signal_to_noise", "rewards/functions/check_answer", "alerts/total"],
-        "engine": ["sim/accuracy/chain", "actor/ppo_kl", "actor/entropy", "timing/step_s"],
+        "engine": ["sim/accuracy/chain", "actor/ppo_kl", "actor/kl_loss", "actor/entropy", "timing/step_s"],
     }
     for plugin, names in expected.items():
         missing = [n for n in names if n not in keys]

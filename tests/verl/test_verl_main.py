@@ -114,3 +114,69 @@ def test_verl_plugins_entry_point_configures_worker_logging():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
     lines = [ln for ln in (out.stdout + out.stderr).splitlines() if "from a worker" in ln]
     assert len(lines) == 1 and json.loads(lines[0])["k"] == 1  # JSON: the entry point configured structlog
+
+
+# -- algorithm.filter_groups (the dynamic-sampling document's keys) ---------------------------------
+
+DOC_KEYS = ["algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=acc",
+            "algorithm.filter_groups.max_num_gen_batches=10", "data.gen_batch_size=1536",
+            "data.train_batch_size=512", "actor_rollout_ref.rollout.n=5"]
+
+
+def test_documents_filter_groups_command_shows_the_dapo_filter(capsys):
+    import yaml
+
+    assert rlhooks_main(["train", "--dry-run", *DOC_KEYS]) == 0
+    resolved = yaml.safe_load(capsys.readouterr().out.split("# rlhooks (resolved)")[1])
+    assert [(f["name"], f["metric"]) for f in resolved["filters"]] == [("dapo", "acc")]
+    assert resolved["run"]["max_num_gen_batches"] == 10
+    assert (resolved["run"]["train_batch_size"], resolved["run"]["gen_batch_size"], resolved["run"]["n"]) == (512, 1536, 5)
+
+
+def test_filter_groups_metric_names_and_limits_map_like_verl():
+    rl = rlhooks_config(build_config(None, ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=reward",
+                                            "algorithm.filter_groups.max_num_gen_batches=-1"]))
+    assert rl.filters[0].options.metric == "seq_reward" and rl.run.max_num_gen_batches == 0  # verl: <= 0 = no limit
+    rl = rlhooks_config(build_config(None, ["algorithm.filter_groups.enable=true"]))  # verl's defaults: reward, 0
+    assert rl.filters[0].options.metric == "seq_reward" and rl.run.max_num_gen_batches == 0
+    # disabled: nothing added, rlhooks' own limit stays
+    rl = rlhooks_config(build_config(None, ["algorithm.filter_groups.metric=acc", "rlhooks.run.max_num_gen_batches=3"]))
+    assert rl.filters == () and rl.run.max_num_gen_batches == 3
+
+
+def test_filter_groups_with_an_agreeing_rlhooks_dapo_entry_registers_it_once(tmp_path):
+    yaml_file = tmp_path / "rlhooks.yaml"
+    yaml_file.write_text("filters: [{name: dapo, min_mean: 0.1}]\nrun: {max_num_gen_batches: 10}\n")
+    rl = rlhooks_config(build_config(str(yaml_file), DOC_KEYS))
+    assert [(f.name, f.options.metric, f.options.min_mean) for f in rl.filters] == [("dapo", "acc", 0.1)]
+    assert rl.run.max_num_gen_batches == 10
+
+
+def test_filter_groups_conflicts_name_both_keys(tmp_path):
+    yaml_file = tmp_path / "rlhooks.yaml"
+    yaml_file.write_text("filters: [{name: dapo, metric: score}]\nrun: {max_num_gen_batches: 4}\n")
+    with pytest.raises(ConfigError) as err:
+        build_config(str(yaml_file), DOC_KEYS)
+    msg = str(err.value)
+    assert "rlhooks.filters[0].metric: is 'score' but verl's algorithm.filter_groups.metric is 'acc'" in msg
+    assert "rlhooks.run.max_num_gen_batches: is 4 but verl's algorithm.filter_groups.max_num_gen_batches is 10" in msg
+    # the document's grouping (the limit on the filter entry) is named as written
+    yaml_file.write_text("filters: [{name: dapo, max_num_gen_batches: 4}]\n")
+    with pytest.raises(ConfigError, match=r"rlhooks.filters\[0\].max_num_gen_batches: is 4 but verl's "
+                                          r"algorithm.filter_groups.max_num_gen_batches is 10"):
+        build_config(str(yaml_file), DOC_KEYS)
+
+
+def test_max_num_gen_batches_on_the_dapo_entry_is_the_run_limit(tmp_path):
+    from rlhooks.core.config import load_config
+
+    yaml_file = tmp_path / "rlhooks.yaml"
+    yaml_file.write_text("filters: [{name: dapo, metric: acc, max_num_gen_batches: 7}]\n")
+    cfg = load_config(yaml_file)  # any engine: plain rlhooks YAML
+    assert cfg.run.max_num_gen_batches == 7 and cfg.filters[0].options.metric == "acc"
+    assert rlhooks_config(build_config(str(yaml_file), [])).run.max_num_gen_batches == 7  # and under verl
+    yaml_file.write_text("run: {max_num_gen_batches: 3}\nfilters: [{name: dapo, max_num_gen_batches: 7}]\n")
+    with pytest.raises(ConfigError, match=r"filters\[0\].max_num_gen_batches: is 7 but run.max_num_gen_batches is 3"):
+        load_config(yaml_file)
+    yaml_file.write_text("run: {max_num_gen_batches: 7}\nfilters: [{name: dapo, max_num_gen_batches: 7}]\n")
+    assert load_config(yaml_file).run.max_num_gen_batches == 7  # the same value twice is fine

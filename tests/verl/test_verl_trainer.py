@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import torch
 import pytest
 
 pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="needs verl[verl-core]")
@@ -227,3 +228,61 @@ def test_prompt_filters_run_before_generation_and_the_learning_state_is_checkpoi
     resumed.global_steps = 8  # what fit() sets before loading; resume from the latest checkpoint
     resumed._load_checkpoint()
     assert resumed.rl.learning.state_dict() == saved == learning.state_dict()
+
+
+def test_kl_in_reward_is_applied_before_the_filters_like_the_dapo_recipe(tmp_path, data_file, tokenizer):
+    """use_kl_in_reward + seq_final_reward: the penalty is in the metric the filter reads (no PluginError)."""
+    beta = 0.5
+    kl_keys = ("algorithm.use_kl_in_reward=true", f"algorithm.kl_ctrl.kl_coef={beta}", "algorithm.kl_ctrl.type=fixed")
+    rec = Recorder()
+    cfg = verl_config(data_file, tmp_path / "final", 2, {"filters": [{"name": "dapo", "metric": "seq_final_reward"}],
+                                                          "rewards": ["reward_monitor"]}, *kl_keys)
+    trainer = make_trainer(cfg, tokenizer, rec)
+    trainer.fit()
+    assert trainer.use_reference_policy
+    for step in (1, 2):
+        logged = rec.logged[step]
+        # responses alternate 4 and 2 tokens, so the penalty (beta * 0.1 per token) differs inside every
+        # group: every group has a spread in seq_final_reward, the first generation batch is enough
+        assert logged["train/num_gen_batches"] == 1 and logged["filter/kept_groups"] == GEN_BS
+        assert logged["actor/reward_kl_penalty"] == pytest.approx(0.1)
+        assert logged["actor/reward_kl_penalty_coeff"] == pytest.approx(beta)
+        assert logged["training/kl_divergence"] == pytest.approx(0.1)  # the KL to the reference policy
+        assert logged["training/policy_update_kl"] == pytest.approx(0.01)  # the actor's ppo_kl, under its own name
+    # log-probs once per generated row, not again for the trained batch
+    assert trainer.ref_calls == [GEN_BS * N] * 2
+    for b in trainer.trained:
+        mask = b.batch["response_mask"].float()
+        expected = b.batch["token_level_scores"] - beta * 0.1 * mask
+        torch.testing.assert_close(b.batch["token_level_rewards"], expected)
+        assert "old_log_probs" in b.batch.keys() and "ref_log_prob" in b.batch.keys()
+
+    # the same data filtered on seq_reward (pre-KL): only the mixed groups have a spread
+    rec = Recorder()
+    cfg = verl_config(data_file, tmp_path / "pre", 1, {"filters": [{"name": "dapo", "metric": "seq_reward"}]}, *kl_keys)
+    trainer = make_trainer(cfg, tokenizer, rec)
+    trainer.fit()
+    assert rec.logged[1]["train/num_gen_batches"] > 1
+    assert rec.logged[1]["critic/score/mean"] == pytest.approx(0.5)
+    assert trainer.ref_calls == [GEN_BS * N] * int(rec.logged[1]["train/num_gen_batches"])
+
+
+def test_router_replay_r2_r3_conflict_is_verls_error(tmp_path, data_file, tokenizer):
+    """verl 0.9.1 fit()'s check: routed_experts from both the rollout (R3) and the log-prob pass (R2)."""
+    class RoutedTrainer(CPUTrainer):
+        def _compute_old_log_prob(self, batch):
+            out, mfu = super()._compute_old_log_prob(batch)
+            out.batch["routed_experts"] = torch.zeros(batch.batch["responses"].shape, dtype=torch.long)
+            return out, mfu
+
+    cfg = verl_config(data_file, tmp_path, 1, {})
+    dataset = RLHFDataset(data_files=cfg.data.train_files, tokenizer=tokenizer, config=cfg.data)
+    trainer = RoutedTrainer(config=cfg, tokenizer=tokenizer, role_worker_mapping={Role.ActorRollout: object},
+                            resource_pool_manager=None, train_dataset=dataset, val_dataset=dataset,
+                            collate_fn=collate_fn).attach_standins()
+    batch = trainer.async_rollout_manager.generate_sequences(trainer._sample_prompts(1)[0].repeat(N, interleave=True))
+    batch.batch["response_mask"] = batch.batch["attention_mask"][:, -batch.batch["responses"].shape[-1]:]
+    assert "old_log_probs" in trainer._policy_log_probs(batch, {}, {}).batch.keys()  # R2 alone is fine
+    batch.batch["routed_experts"] = torch.zeros(batch.batch["responses"].shape, dtype=torch.long)
+    with pytest.raises(ValueError, match="conflicting router replay configuration"):
+        trainer._policy_log_probs(batch, {}, {})

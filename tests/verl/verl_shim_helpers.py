@@ -135,6 +135,7 @@ class CPUTrainer(RLHooksRayPPOTrainer):
         self.actor_rollout_wg = StandinWorkerGroup()
         self.resource_pool_manager = StandinPools()
         self.trained: list[DataProto] = []
+        self.ref_calls: list[int] = []
         return self
 
     def _compute_old_log_prob(self, batch: DataProto):
@@ -142,11 +143,18 @@ class CPUTrainer(RLHooksRayPPOTrainer):
         out = DataProto.from_single_dict({"old_log_probs": torch.full(shape, -1.0), "entropys": torch.full(shape, 0.5)})
         return out, 0.0
 
+    def _compute_ref_log_prob(self, batch: DataProto) -> DataProto:
+        # 0.1 below the old log-probs on every token: the "kl" estimator gives 0.1 per valid token
+        self.ref_calls.append(len(batch))
+        shape = batch.batch["responses"].shape
+        return DataProto.from_single_dict({"ref_log_prob": torch.full(shape, -1.1)})
+
     def _update_actor(self, batch: DataProto) -> DataProto:
         self.trained.append(batch)
         adv = batch.batch["advantages"]
         return DataProto.from_single_dict(
-            data={}, meta_info={"metrics": {"actor/pg_loss": float(adv.abs().mean()), "perf/mfu/actor": 0.0}}
+            data={}, meta_info={"metrics": {"actor/pg_loss": float(adv.abs().mean()), "actor/ppo_kl": 0.01,
+                                           "perf/mfu/actor": 0.0}}
         )
 
 

@@ -22,6 +22,7 @@ import structlog
 
 from rlhooks.core.config import Config
 from rlhooks.core.errors import RLHooksError
+from rlhooks.core.metrics import split_source_key
 from rlhooks.engines.sim.engine import SimEngine, load_sim_config, prepare_data, sim_options
 
 log = structlog.get_logger("rlhooks.sim")
@@ -134,12 +135,18 @@ def _try_report(run_dirs: list[Path], out: Path) -> str | None:
 def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str, Any]:
     m = engine.last_metrics
     acc = engine.accuracy()
+    per_source: dict[str, dict[str, Any]] = {}  # source/<name>/<metric> of the last step; names may hold '/'
+    for key, value in m.items():
+        split = split_source_key(key)
+        if split is not None:
+            per_source.setdefault(split[0], {})[split[1]] = value
     sources = {}
     for s, name in enumerate(engine.data.source_names):
         sources[name] = {
             "accuracy": acc.get(name),
             "skill": engine.skill(s),
             "steps_to_target": engine.reached.get(name),
+            "last_step": per_source.get(name, {}),
         }
     curriculum = {k.split("/", 1)[1]: v for k, v in m.items() if k.startswith("curriculum/")}
     filt = {k: v for k, v in m.items() if k.startswith("filter/")}
@@ -159,7 +166,7 @@ def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str,
         "steps_to_target": engine.steps_to_target,
         "generated_to_target": engine.generated_to_target,
         "curriculum": curriculum,
-        "sampler_weights": {k.rsplit("/", 1)[1]: v for k, v in m.items() if k.startswith("sampler/weight/")},
+        "sampler_weights": {k[len("sampler/weight/"):]: v for k, v in m.items() if k.startswith("sampler/weight/")},
         "filter": filt,
         "generated_trajectories": generated,
         "trained_trajectories": trained,
@@ -173,11 +180,12 @@ def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str,
 def format_summary(s: dict[str, Any]) -> str:
     lines = [f"rlhooks simulate: {s['name']}: {s['steps']} steps in {s['seconds']:.1f} s (seed {s['seed']})"]
     target = s["target_accuracy"]
-    lines.append(f"  {'source':<14} {'accuracy':>8} {'skill':>6} {f'steps to {target:.2f}':>15}")
+    width = max([14, *(len(n) for n in s["sources"])])  # whole names (verl's are like openai/gsm8k)
+    lines.append(f"  {'source':<{width}} {'accuracy':>8} {'skill':>6} {f'steps to {target:.2f}':>15}")
     for name, v in s["sources"].items():
         acc = "-" if v["accuracy"] is None else f"{v['accuracy']:.3f}"
         reached = "not reached" if v["steps_to_target"] is None else str(v["steps_to_target"])
-        lines.append(f"  {name:<14} {acc:>8} {v['skill']:>6.3f} {reached:>15}")
+        lines.append(f"  {name:<{width}} {acc:>8} {v['skill']:>6.3f} {reached:>15}")
     cur = s["curriculum"]
     if cur:
         parts = [f"level {cur['level']:g}" if "level" in cur else None,

@@ -312,6 +312,9 @@ class SimEngine:
         noise = self.rng.normal(0.0, 1.0, 2)
         # plausible shapes: KL grows with how much the policy moved, entropy falls as skills are mastered
         out["actor/ppo_kl"] = float(0.001 + 0.02 * learn.get("sim/skill_gain", 0.0) + 0.0002 * abs(noise[0]))
+        # KL to the reference (initial) policy grows with how far skills moved from their start
+        drift = np.abs(self.learner.skill - self.learner.options.initial_skill).mean()
+        out["actor/kl_loss"] = float(0.002 + 0.05 * drift)
         out["actor/entropy"] = float(0.35 + 0.9 * (1.0 - mastery.mean()) + 0.01 * noise[1])
         if len(batch):
             out["response_length/mean"] = float(batch["response_length"].mean())

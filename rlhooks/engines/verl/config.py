@@ -16,7 +16,13 @@ name (when unset)                 trainer.experiment_name
 ================================= ===========================
 
 Setting one of the first four in the rlhooks config to a different value is an error, not a
-silent pick. The verl-style ``data.sampler.class_name`` (+ flat ``data.sampler.*`` options) is
+silent pick.
+
+verl's dynamic-sampling keys (the DAPO recipe's) map onto the rlhooks ``dapo`` filter:
+``algorithm.filter_groups.enable=true`` adds a ``dapo`` filter (unless the rlhooks config has one)
+with ``metric`` = ``algorithm.filter_groups.metric`` (verl's default ``reward`` -> ``seq_reward``)
+and sets ``run.max_num_gen_batches`` from ``algorithm.filter_groups.max_num_gen_batches``
+(non-positive = no limit = 0). An rlhooks value that disagrees is an error naming both keys. The verl-style ``data.sampler.class_name`` (+ flat ``data.sampler.*`` options) is
 mapped onto the rlhooks ``sampler:`` section.
 """
 
@@ -26,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlhooks.core.config import Config, load_config, load_yaml
+from rlhooks.core.config import DAPO_FILTER_NAMES, Config, lift_filter_run_options, load_config, load_yaml
 from rlhooks.core.errors import ConfigError, ConfigIssue
 
 #: the key of the rlhooks block in verl's config
@@ -85,6 +91,58 @@ def legacy_sampler(verl_config: Any) -> dict[str, Any] | None:
     return {k: v for k, v in sampler.items() if v is not None}
 
 
+#: verl's algorithm.filter_groups.metric -> the rlhooks dapo filter's metric ("reward", verl 0.9's
+#: default, is the pre-KL sequence reward; null: the DAPO recipe's acc)
+FILTER_GROUPS_METRICS = {"reward": "seq_reward", None: "acc"}
+
+
+def _filter_groups(verl_config: Any, raw: dict[str, Any]) -> list[ConfigIssue]:
+    """``algorithm.filter_groups.{enable,metric,max_num_gen_batches}`` -> the dapo filter + run (in place).
+
+    An rlhooks value that disagrees (a dapo filter with another metric, another
+    run.max_num_gen_batches) is an issue naming both keys.
+    """
+    where = f"{BLOCK}.run.max_num_gen_batches"
+    if (raw.get("run") or {}).get("max_num_gen_batches") is None:
+        for i, f in enumerate(raw.get("filters") or []):
+            if isinstance(f, Mapping) and f.get("name") in DAPO_FILTER_NAMES and "max_num_gen_batches" in f:
+                where = f"{BLOCK}.filters[{i}].max_num_gen_batches"
+    issues = lift_filter_run_options(raw)  # the document's grouping: max_num_gen_batches on the filter
+    groups = _container(_get(verl_config, "algorithm.filter_groups"))
+    if not isinstance(groups, Mapping) or not groups.get("enable"):
+        return issues
+    metric = groups.get("metric")
+    metric = FILTER_GROUPS_METRICS.get(metric, metric)
+    filters = raw.get("filters") or []
+    if isinstance(filters, (str, Mapping)):
+        filters = [filters]
+    filters = [dict(f) if isinstance(f, Mapping) else {"name": f} if isinstance(f, str) else f for f in filters]
+    dapo = [(i, f) for i, f in enumerate(filters) if isinstance(f, dict) and f.get("name") in DAPO_FILTER_NAMES]
+    if not dapo:
+        filters.append({"name": "dapo", "metric": metric})
+    for i, entry in dapo:  # the user's own dapo entry stays (its other options too); the metric must agree
+        if entry.get("metric") not in (None, metric):
+            issues.append(ConfigIssue(
+                f"{BLOCK}.filters[{i}].metric",
+                f"is {entry['metric']!r} but verl's algorithm.filter_groups.metric is {groups.get('metric')!r}; "
+                f"they configure the same filter: remove one or make them agree",
+            ))
+        entry.setdefault("metric", metric)
+    raw["filters"] = filters
+    limit = max(int(groups.get("max_num_gen_batches") or 0), 0)  # verl: non-positive = no limit, rlhooks: 0
+    run = raw["run"]
+    if run.get("max_num_gen_batches") is not None and run["max_num_gen_batches"] != limit:
+        issues.append(ConfigIssue(
+            where,
+            f"is {run['max_num_gen_batches']!r} but verl's algorithm.filter_groups.max_num_gen_batches is "
+            f"{groups.get('max_num_gen_batches')!r} (0 or less = no limit); with algorithm.filter_groups.enable=true "
+            f"verl's value decides: remove the rlhooks one or make the two agree",
+        ))
+    else:
+        run["max_num_gen_batches"] = limit
+    return issues
+
+
 def rlhooks_config(verl_config: Any, *, steps: int | None = None, registry: Any = None) -> Config:
     """Validate and resolve the run's rlhooks config against verl's; ConfigError lists every problem."""
     raw = raw_block(verl_config)
@@ -126,6 +184,7 @@ def rlhooks_config(verl_config: Any, *, steps: int | None = None, registry: Any 
     if "name" not in run and _get(verl_config, "trainer.experiment_name"):
         run["name"] = str(_get(verl_config, "trainer.experiment_name"))
     raw["run"] = run
+    issues += _filter_groups(verl_config, raw)
     if issues:
         raise ConfigError(issues, "verl config")
     return load_config(raw, registry=registry)

@@ -8,6 +8,10 @@ One step of ``fit()``::
         -> filters -> accumulate generation batches until train_batch_size groups -> trim
     train (verl):   balance -> old log-probs -> ref -> values -> advantages -> critic/actor update
                     -> checkpoint -> weight sync
+
+With ``algorithm.use_kl_in_reward`` the old and reference log-probs and the KL penalty are
+computed per generation batch, before the filters (the DAPO recipe's order), so a filter on
+``seq_final_reward`` sees the penalized reward; the trained batch reuses those log-probs.
     finish (rlhooks): on_step_end -> merged metrics to rlhooks backends -> tables
                       and the same merged metrics to verl's Tracking logger
 
@@ -119,6 +123,8 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         self._epoch = 0
         self._batches: Iterator[dict[str, Any]] | None = None
         self._reward_metrics: dict[str, float] = {}
+        #: (rows, metrics) of each generation batch whose log-probs were computed before filtering
+        self._generation_metrics: list[tuple[int, dict[str, Any]]] = []
         super().__init__(*args, **kwargs)  # calls _create_dataloader, which builds the rlhooks run
 
     # -- set-up ---------------------------------------------------------------------------------
@@ -194,6 +200,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 metrics: dict[str, Any] = {}
                 timing_raw: dict[str, float] = {}
                 self._reward_metrics = {}
+                self._generation_metrics = []
                 with marked_timer("start_profile", timing_raw):
                     continuous = self.config.global_profiler.profile_continuous_steps
                     self._start_profiling(not prev_profile and curr_profile if continuous else curr_profile)
@@ -233,6 +240,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
                 metrics.update(collected.metrics)
                 metrics.update(self._reward_metrics)
+                metrics.update(_row_weighted_mean(self._generation_metrics))
                 if batch is not None:
                     metrics.update(self._verl_step_metrics(batch, timing_raw))
                 metrics.update({"training/global_step": step, "training/epoch": self._epoch})
@@ -308,9 +316,28 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
             if self.rl.rewards:
                 for k, v in self._rlhooks_rewards(batch).items():  # error counts add up over the step
                     self._reward_metrics[k] = self._reward_metrics.get(k, 0.0) + v
-        if not self.config.algorithm.use_kl_in_reward:  # else set by apply_kl_penalty after filtering
-            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+        batch = self._final_rewards(batch, timing_raw)
         return batch, adapter.trajectory_batch(batch, self.tokenizer)
+
+    def _final_rewards(self, batch: DataProto, timing_raw: dict[str, float]) -> DataProto:
+        """``token_level_rewards`` of one generation batch, before the filters see it (the DAPO recipe's order).
+
+        With ``algorithm.use_kl_in_reward`` the KL penalty needs the old and reference log-probs, so
+        they are computed here for every generated row and the penalty applied, as the recipe's
+        fit() does; filters can then use ``seq_final_reward``, and the trained batch keeps these
+        log-probs (they are not computed twice). The KL controller is updated once per generation
+        batch, as in the recipe.
+        """
+        if not self.config.algorithm.use_kl_in_reward:
+            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+            return batch
+        metrics: dict[str, Any] = {}
+        batch = self._policy_log_probs(batch, metrics, timing_raw)
+        batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=self.kl_ctrl_in_reward,
+                                             kl_penalty=self.config.algorithm.kl_penalty)
+        metrics.update(kl_metrics)
+        self._generation_metrics.append((len(batch), metrics))
+        return batch
 
     def _rlhooks_rewards(self, batch: DataProto) -> dict[str, float]:
         """The configured rlhooks reward functions replace verl's score (on the driver).
@@ -366,6 +393,15 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         return batch
 
     def _log_probs(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
+        if "old_log_probs" not in batch.batch.keys():  # else computed per generation batch (KL in reward)
+            batch = self._policy_log_probs(batch, metrics, timing_raw)
+        if self.use_critic:
+            with marked_timer("values", timing_raw, color="cyan"):
+                batch = batch.union(self._compute_values(batch))
+        return batch
+
+    def _policy_log_probs(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
+        """Old (proximal) log-probs, or the rollout's in bypass mode, and the reference log-probs."""
         rollout_corr = self.config.algorithm.get("rollout_correction", None)
         if rollout_corr and rollout_corr.get("bypass_mode", False):
             from verl.trainer.ppo.rollout_corr_helper import apply_bypass_mode
@@ -382,24 +418,26 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 )
                 metrics.update({"actor/entropy": entropy.detach().item(), "perf/mfu/actor_infer": mfu})
                 old_log_prob.batch.pop("entropys")
+                if "routed_experts" in batch.batch.keys() and "routed_experts" in old_log_prob.batch.keys():
+                    raise ValueError(  # verl 0.9.1 fit()'s check
+                        "Detected conflicting router replay configuration: router_replay.mode='R2' and "
+                        "enable_rollout_routing_replay=True cannot be enabled simultaneously. The "
+                        "enable_rollout_routing_replay option is only used in R3 mode; it should not be set "
+                        "when using R2 mode."
+                    )
                 batch = batch.union(old_log_prob)
                 if "rollout_log_probs" in batch.batch.keys():
                     from verl.utils.debug.metrics import calculate_debug_metrics
 
                     metrics.update(calculate_debug_metrics(batch))
+        assert "old_log_probs" in batch.batch.keys(), f'"old_log_probs" not in {batch.batch.keys()=}'
         if self.use_reference_policy:
             with marked_timer(str(Role.RefPolicy), timing_raw, color="olive"):
                 batch = batch.union(self._compute_ref_log_prob(batch))
-        if self.use_critic:
-            with marked_timer("values", timing_raw, color="cyan"):
-                batch = batch.union(self._compute_values(batch))
         return batch
 
     def _advantages(self, batch: DataProto, metrics: dict) -> DataProto:
-        algo = self.config.algorithm
-        if algo.use_kl_in_reward:
-            batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=algo.kl_penalty)
-            metrics.update(kl_metrics)
+        algo = self.config.algorithm  # an in-reward KL penalty was applied per generation batch (_final_rewards)
         rollout_corr = algo.get("rollout_correction", None)
         if rollout_corr is not None and "rollout_log_probs" in batch.batch and not rollout_corr.get("bypass_mode", False):
             from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
@@ -466,6 +504,16 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         else:
             folder = find_latest_ckpt_path(os.path.abspath(trainer.default_local_dir))
         return os.path.abspath(folder) if folder else None
+
+
+def _row_weighted_mean(parts: list[tuple[int, dict[str, Any]]]) -> dict[str, float]:
+    """Metrics of several generation batches as one step's: each key's mean weighted by rows."""
+    total = sum(rows for rows, _ in parts)
+    out: dict[str, float] = {}
+    for rows, metrics in parts:
+        for k, v in metrics.items():
+            out[k] = out.get(k, 0.0) + float(v) * rows / max(total, 1)
+    return out
 
 
 def _accumulate_timing(timing_raw: dict[str, float], new: dict[str, float]) -> None:

@@ -5,8 +5,10 @@
 * histograms -> TensorBoard histograms;
 * tables -> markdown text (tag ``<table name>/text_summary`` in the event file, shown in the
   Text tab under the table name); long cells cut to ``max_text`` characters;
-* a custom-scalars layout (Custom Scalars tab) grouping ``source/``, ``rewards/``, ``filter/``
-  and ``curriculum/`` metrics into multi-line charts.
+* a custom-scalars layout (Custom Scalars tab, ``LAYOUT``): the reward_monitoring document's
+  categories (Reward Signals: total, per-function and quality; Training Dynamics: policy metrics
+  and advantages; Contributions) plus Alerts, source (per-source rewards, counts, sampler
+  weights), filter and curriculum.
 
 ``torch.utils.tensorboard`` is imported in ``on_run_start`` only, so loading the entry point is cheap.
 """
@@ -29,24 +31,43 @@ log = structlog.get_logger("rlhooks.backends")
 
 DEFAULT_DIR = "tensorboard"
 
-#: Custom Scalars tab: category -> chart title -> ["Multiline", [tag regexes]]
+#: Custom Scalars tab: category -> chart title -> ["Multiline", [tag regexes]]. The first three
+#: categories are the reward_monitoring document's; the rest are rlhooks' own. Regexes run in the
+#: browser (JavaScript syntax) and must match keys the plugins really log (tests check this against
+#: a simulated run). Per-source names may contain '/', so source charts match ``.+``, not ``[^/]+``.
 LAYOUT: dict[str, dict[str, list[Any]]] = {
-    "source": {
-        "reward by source": ["Multiline", [r"^source/[^/]+/reward"]],
-        "count by source": ["Multiline", [r"^source/[^/]+/count$"]],
-        "weight by source": ["Multiline", [r"^source/[^/]+/weight$"]],
-        "all source metrics": ["Multiline", [r"^source/"]],
+    "Reward Signals": {
+        "Total Rewards (mean, total, min, max)": ["Multiline", [r"^rewards/(mean|total|min|max)$"]],
+        "Per-Function Rewards": ["Multiline", [r"^rewards/functions/(?!.*_std$)"]],
+        "Per-Function Reward Std": ["Multiline", [r"^rewards/functions/.*_std$"]],
+        "Quality Metrics (SNR, entropy, variance)": ["Multiline", [r"^rewards/(signal_to_noise|entropy|variance)$"]],
     },
-    "rewards": {
-        "reward functions (mean)": ["Multiline", [r"^rewards/.*mean$"]],
-        "all reward metrics": ["Multiline", [r"^rewards/"]],
+    "Training Dynamics": {
+        "Policy Metrics (KL, entropy)": ["Multiline", [r"^training/(kl_divergence|policy_entropy)$"]],
+        "Advantages (mean, std)": ["Multiline", [r"^training/advantage_(mean|std)$"]],
+    },
+    "Contributions": {
+        "Reward Contributions (%) by function": ["Multiline", [r"^contributions/"]],
+    },
+    "Alerts": {
+        "alerts per step by level": ["Multiline", [r"^alerts/(info|warning|critical)$"]],
+        "alerts in the run": ["Multiline", [r"^alerts/total$"]],
+    },
+    "source": {
+        "reward by source (trained)": ["Multiline", [r"^source/.+/reward$"]],
+        "reward by source (generated)": ["Multiline", [r"^source/.+/generated_reward$"]],
+        "count by source": ["Multiline", [r"^source/.+/count$"]],
+        "weight by source": ["Multiline", [r"^sampler/weight/"]],
+        "sampler reward EMA by source": ["Multiline", [r"^sampler/reward_ema/"]],
     },
     "filter": {
         "groups": ["Multiline", [r"^filter/.*groups$"]],
-        "all filter metrics": ["Multiline", [r"^filter/", r"^train/num_gen_batches$"]],
+        "kept ratio and generation batches": ["Multiline", [r"^filter/kept_ratio$", r"^train/num_gen_batches$"]],
     },
     "curriculum": {
-        "curriculum": ["Multiline", [r"^curriculum/"]],
+        "level": ["Multiline", [r"^curriculum/level$"]],
+        "percentile": ["Multiline", [r"^curriculum/percentile$"]],
+        "reward EMA": ["Multiline", [r"^curriculum/reward_ema$"]],
     },
 }
 
@@ -95,7 +116,7 @@ class TensorBoardBackend:
         tables: bool = True
         #: longest text in a table cell before it is cut (0 = no limit)
         max_text: int = attrs.field(default=1000, validator=non_negative)
-        #: write the custom-scalars layout (source/, rewards/, filter/, curriculum/)
+        #: write the custom-scalars layout (LAYOUT: Reward Signals, Training Dynamics, Contributions, Alerts, source, filter, curriculum)
         layout: bool = True
 
     def __init__(self, options: Options | None = None) -> None:

@@ -5,7 +5,14 @@
   appended and only the new rows are uploaded; wandb >= 0.19), else (``table_mode: per_step``
   or an older wandb) a new table per step under the same key;
 * histograms -> ``wandb.Histogram``;
-* the run's config, with secrets redacted, as the W&B config.
+* the run's config, with secrets redacted, as the W&B config;
+* every metric is defined against the training step (``wandb.define_metric("*",
+  step_metric="train/step")``; ``train/step`` is logged with each step), so W&B's charts and run
+  comparisons use the training step as x axis;
+* the reward_monitoring document's custom charts (``CHARTS``), as W&B line-series custom charts
+  under ``charts/<name>``: reward breakdown per function, quality metrics, training dynamics,
+  alerts (anomaly detection) and contributions. They are drawn from the values logged so far,
+  at run end and every ``chart_every`` steps (0: run end only).
 
 Table columns: a table's columns are fixed by the rows of its first call (union of their keys,
 in first-seen order) plus a last column ``_extra``. A later row without a column gets None
@@ -19,6 +26,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
+from array import array
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +42,18 @@ from rlhooks.plugins.backends._common import DispatchOptions, columns_of, json_s
 log = structlog.get_logger("rlhooks.backends")
 
 EXTRA_COLUMN = "_extra"
+#: the x axis every metric is defined against
+STEP_METRIC = "train/step"
+#: custom chart key (under charts/) -> (title, regex of the metric keys it draws)
+CHARTS: dict[str, tuple[str, str]] = {
+    "reward_breakdown": ("Reward Breakdown: per-function rewards", r"^rewards/functions/(?!.*_std$)"),
+    "quality_metrics": ("Quality Metrics: SNR, entropy, variance", r"^rewards/(signal_to_noise|entropy|variance)$"),
+    "training_dynamics": ("Training Dynamics: KL, policy entropy, advantages",
+                          r"^training/(kl_divergence|policy_entropy|advantage_mean|advantage_std)$"),
+    "alerts": ("Anomaly Detection: alerts per step by level", r"^alerts/(info|warning|critical)$"),
+    "contributions": ("Contributions: % of the total reward by function", r"^contributions/"),
+}
+_CHART_RX = {name: re.compile(rx) for name, (_title, rx) in CHARTS.items()}
 
 
 @attrs.define
@@ -69,6 +90,10 @@ class WandbBackend:
         log_config: bool = True
         #: extra wandb.Settings fields, e.g. {console: "off"}
         settings: dict[str, Any] = attrs.field(factory=dict)
+        #: draw the custom charts (CHARTS) at run end
+        charts: bool = True
+        #: ...and every this many steps as well (0 = at run end only)
+        chart_every: int = attrs.field(default=0, validator=attrs.validators.ge(0))
 
     def __init__(self, options: Options | None = None) -> None:
         self.options = options if options is not None else self.Options()
@@ -76,6 +101,9 @@ class WandbBackend:
         self._wandb: Any = None
         self._tables: dict[str, _TableState] = {}
         self._incremental = False
+        self._chart_data: dict[str, tuple[array, array]] = {}  # key -> (steps, values) of charted metrics
+        self._chart_of: dict[str, str | None] = {}  # metric key -> chart name (None: not charted)
+        self._last_step: int | None = None
 
     @hookimpl
     def on_run_start(self, run: Any) -> None:
@@ -102,6 +130,9 @@ class WandbBackend:
         self._wandb = wandb
         self.run = wandb.init(**{k: v for k, v in kwargs.items() if v is not None})
         self._incremental = o.table_mode == "incremental" and "log_mode" in inspect.signature(wandb.Table).parameters
+        # every metric against the training step: one x axis for all charts and run comparisons
+        self.run.define_metric(STEP_METRIC)
+        self.run.define_metric("*", step_metric=STEP_METRIC)
         if o.table_mode == "incremental" and not self._incremental:
             log.warning(
                 "this wandb version has no incremental tables; logging a new table per step instead",
@@ -113,7 +144,44 @@ class WandbBackend:
         if self.run is None:
             raise RuntimeError("wandb backend: log_metrics before on_run_start (no W&B run yet)")
         data = {k: n for k, v in metrics.items() if (n := to_number(v)) is not None}
+        data[STEP_METRIC] = int(step)
         self.run.log(data, step=int(step))
+        self._last_step = int(step)
+        if self.options.charts:
+            self._keep_chart_values(int(step), data)
+            every = self.options.chart_every
+            if every and step % every == 0:
+                self._log_charts(int(step))
+
+    def _keep_chart_values(self, step: int, data: Mapping[str, float]) -> None:
+        for k, v in data.items():
+            chart = self._chart_of.get(k, "")
+            if chart == "":
+                chart = self._chart_of[k] = next((n for n, rx in _CHART_RX.items() if rx.search(k)), None)
+            if chart is None or not isinstance(v, (int, float)) or v != v:
+                continue
+            steps, values = self._chart_data.setdefault(k, (array("q"), array("d")))
+            steps.append(step)
+            values.append(float(v))
+
+    def chart_series(self) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
+        """Chart name -> metric key -> (steps, values) kept so far."""
+        out: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
+        for k, (steps, values) in sorted(self._chart_data.items()):
+            out.setdefault(self._chart_of[k], {})[k] = (steps.tolist(), values.tolist())  # type: ignore[index]
+        return out
+
+    def _log_charts(self, step: int) -> None:
+        wandb = self._wandb
+        charts = {}
+        for name, series in self.chart_series().items():
+            keys = list(series)
+            charts[f"charts/{name}"] = wandb.plot.line_series(
+                xs=[series[k][0] for k in keys], ys=[series[k][1] for k in keys], keys=keys,
+                title=CHARTS[name][0], xname=STEP_METRIC,
+            )
+        if charts:
+            self.run.log(charts, step=step)
 
     def _row(self, state: _TableState, name: str, row: Mapping[str, Any]) -> list[Any]:
         extra = {k: v for k, v in row.items() if k not in state.columns}
@@ -151,7 +219,7 @@ class WandbBackend:
             table = state.table
         else:
             table = wandb.Table(columns=cols, data=data, allow_mixed_types=True)
-        self.run.log({name: table}, step=int(step))
+        self.run.log({name: table, STEP_METRIC: int(step)}, step=int(step))
 
     @hookimpl
     def log_histogram(self, step: int, name: str, values: np.ndarray) -> None:
@@ -164,11 +232,16 @@ class WandbBackend:
                 hist = self._wandb.Histogram(v)
             except ValueError:  # numpy cannot make 64 distinct bin edges (a tiny or overflowing range)
                 hist = self._wandb.Histogram(np_histogram=([int(v.size)], [float(v.min()), float(v.max())]))
-            self.run.log({name: hist}, step=int(step))
+            self.run.log({name: hist, STEP_METRIC: int(step)}, step=int(step))
 
     @hookimpl
     def on_run_end(self, status: str) -> None:
         if self.run is not None:
+            if self.options.charts and self._last_step is not None:
+                try:
+                    self._log_charts(self._last_step)
+                except Exception as exc:  # noqa: BLE001 - a chart must not lose the run's finish
+                    log.warning("wandb custom charts could not be logged", plugin="wandb", error=f"{type(exc).__name__}: {exc}")
             self.run.finish(exit_code=0 if status == "success" else 1)
             self.run = None
 

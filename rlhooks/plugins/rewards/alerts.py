@@ -13,15 +13,26 @@ A metric missing from a step is skipped for that step (a trend keeps its earlier
 The monitor's ``on_step_end`` runs last (``trylast``), so alerts see every metric of the step:
 the engine's, the filters', what plugins returned from ``on_batch_sampled`` /
 ``on_rewards_computed`` and from their own ``on_step_end`` (e.g. ``source/<name>/...``).
-Short names are accepted: ``signal_to_noise`` means ``rewards/signal_to_noise``;
-``mean_reward`` means ``rewards/mean``.
+
+Metric names: a full key (``training/kl_divergence``) is used as it is. A short name is looked up
+in every namespace the run logs: the key itself if a step has it, else an alias (``mean_reward`` =
+``rewards/mean``, ``reward_std`` = ``rewards/std``), else any key ending in ``/<name>``
+(``kl_divergence`` finds ``training/kl_divergence``, ``kept_ratio`` finds ``filter/kept_ratio``).
+When several keys end that way the first namespace of ``NAMESPACE_ORDER`` wins
+(``mean`` is ``rewards/mean``, not ``response_length/mean``) and the choice is logged once.
+An alert whose metric never appeared in any step is listed at run end under ``never_seen`` in
+the summary, with the closest logged keys as a did-you-mean.
+
+``default_alerts: true`` on ``reward_monitor`` adds ``DEFAULT_ALERTS`` (see README).
 """
 
 from __future__ import annotations
 
+import difflib
+import enum
 import math
 from collections import Counter, deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -32,6 +43,25 @@ log = structlog.get_logger("rlhooks.rewards.alerts")
 
 LEVELS = ("info", "warning", "critical")
 ALIASES = {"mean_reward": "rewards/mean", "reward_std": "rewards/std"}
+#: namespaces tried first, in this order, when a short name matches keys of several namespaces
+NAMESPACE_ORDER = ("rewards/", "training/", "contributions/", "filter/", "curriculum/", "sampler/", "source/")
+
+
+class AlertLevel(str, enum.Enum):
+    """Alert severity; a plain string too (``AlertLevel.WARNING == "warning"``)."""
+
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _level(value: Any) -> Any:
+    if isinstance(value, AlertLevel):
+        return value.value
+    return value.lower() if isinstance(value, str) else value
 
 
 def _finite_or_none(_inst: Any, attr: attrs.Attribute, value: float | None) -> None:
@@ -57,7 +87,7 @@ class AlertSpec:
     min_slope: float | None = attrs.field(default=None, validator=_finite_or_none)
     max_slope: float | None = attrs.field(default=None, validator=_finite_or_none)
     window: int = attrs.field(default=10, validator=attrs.validators.ge(2))
-    level: str = attrs.field(default="warning", validator=_one_of(*LEVELS))
+    level: str = attrs.field(default="warning", converter=_level, validator=_one_of(*LEVELS))
     #: optional text shown with the alert
     message: str = ""
 
@@ -111,6 +141,60 @@ def slope(values: np.ndarray) -> float:
     return float(np.dot(x, y - y.mean()) / np.dot(x, x))
 
 
+def _namespace_rank(key: str) -> int:
+    for i, ns in enumerate(NAMESPACE_ORDER):
+        if key.startswith(ns):
+            return i
+    return len(NAMESPACE_ORDER)
+
+
+def resolve_metric(name: str, keys: Iterable[str]) -> tuple[str | None, list[str]]:
+    """The key a (possibly short) alert metric name means among ``keys``, and the other candidates."""
+    keys = keys if isinstance(keys, (set, frozenset, dict)) else set(keys)
+    if name in keys:
+        return name, []
+    alias = ALIASES.get(name)
+    if alias is not None and alias in keys:
+        return alias, []
+    suffix = "/" + name
+    found = sorted((k for k in keys if k.endswith(suffix)), key=lambda k: (_namespace_rank(k), len(k), k))
+    if not found:
+        return None, []
+    return found[0], found[1:]
+
+
+def did_you_mean(name: str, keys: Iterable[str], n: int = 3) -> list[str]:
+    """Logged keys closest to ``name`` (by the whole key, or by its last part for a short name)."""
+    keys = sorted(set(keys))
+    by_last: dict[str, str] = {}
+    for k in keys:
+        by_last.setdefault(k.rsplit("/", 1)[-1], k)
+    close = difflib.get_close_matches(name, keys, n=n, cutoff=0.6)
+    for last in difflib.get_close_matches(name.rsplit("/", 1)[-1], list(by_last), n=n, cutoff=0.6):
+        if by_last[last] not in close:
+            close.append(by_last[last])
+    return close[:n]
+
+
+#: the alert set ``default_alerts: true`` turns on (documented in the README)
+DEFAULT_ALERTS: tuple[AlertSpec, ...] = (
+    AlertSpec(metric="rewards/signal_to_noise", condition="less", threshold=0.5, level="warning",
+              message="weak reward signal: |mean| / std below 0.5"),
+    AlertSpec(metric="rewards/mean", min_slope=-0.01, window=10, level="warning",
+              message="mean reward declining over the last 10 steps"),
+    AlertSpec(metric="rewards/std", condition="less", threshold=1e-6, level="critical",
+              message="every response got the same reward: no learning signal for group-relative advantages"),
+    AlertSpec(metric="rewards/nonfinite", condition="greater", threshold=0, level="critical",
+              message="NaN/inf rewards in this step"),
+    AlertSpec(metric="training/kl_divergence", condition="greater", threshold=0.2, level="warning",
+              message="policy drifting far from the reference (KL above 0.2)"),
+    AlertSpec(metric="training/policy_entropy", condition="less", threshold=0.05, level="warning",
+              message="policy entropy collapsed (below 0.05)"),
+    AlertSpec(metric="filter/kept_ratio", condition="less", threshold=0.1, level="warning",
+              message="the DAPO filter keeps under 10% of the generated groups"),
+)
+
+
 class AlertManager:
     """Evaluates alerts step after step; bounded memory (one deque of ``window`` per trend)."""
 
@@ -122,6 +206,8 @@ class AlertManager:
         self.by_metric: Counter[str] = Counter()
         self.first_step: dict[str, int] = {}
         self.last_step: dict[str, int] = {}
+        self.resolved: dict[int, str] = {}  # spec index -> the logged key it watches
+        self.keys_seen: set[str] = set()  # every metric key seen, for the did-you-mean
 
     # -- resumable state: trend windows and run-wide counts, so a resumed run alerts as an uninterrupted one
     @staticmethod
@@ -136,6 +222,7 @@ class AlertManager:
             "by_metric": dict(self.by_metric),
             "first_step": dict(self.first_step),
             "last_step": dict(self.last_step),
+            "resolved": {self.specs[i].metric: k for i, k in self.resolved.items()},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -149,12 +236,17 @@ class AlertManager:
         self.by_metric = Counter({k: int(v) for k, v in state.get("by_metric", {}).items()})
         self.first_step = {k: int(v) for k, v in state.get("first_step", {}).items()}
         self.last_step = {k: int(v) for k, v in state.get("last_step", {}).items()}
+        resolved = state.get("resolved", {})
+        self.resolved = {i: resolved[s.metric] for i, s in enumerate(self.specs) if s.metric in resolved}
 
     def check(self, step: int, metrics: Mapping[str, float]) -> list[Alert]:
+        self.keys_seen.update(metrics)
         fired = []
         for i, spec in enumerate(self.specs):
-            name = spec.metric_name
-            value = metrics.get(name, metrics.get(spec.metric))
+            name = self._resolve(i, spec, metrics)
+            if name is None:
+                continue
+            value = metrics[name]
             if value is None:
                 continue
             value = float(value)
@@ -169,6 +261,28 @@ class AlertManager:
         for a in fired:
             self._record(a)
         return fired
+
+    def _resolve(self, i: int, spec: AlertSpec, metrics: Mapping[str, Any]) -> str | None:
+        known = self.resolved.get(i)
+        if known is not None and known in metrics:
+            return known
+        name, others = resolve_metric(spec.metric, metrics)
+        if name is None:
+            return None
+        if name != known:
+            self.resolved[i] = name
+            if name != spec.metric:
+                log.info(f"alert metric {spec.metric!r} watches {name!r}", also_matching=others[:5] or None)
+        return name
+
+    def never_seen(self) -> list[dict[str, Any]]:
+        """Alerts whose metric no step has logged so far, each with a did-you-mean."""
+        out = []
+        for i, spec in enumerate(self.specs):
+            if i in self.resolved:
+                continue
+            out.append({"metric": spec.metric, "kind": spec.kind, "did_you_mean": did_you_mean(spec.metric, self.keys_seen)})
+        return out
 
     def _threshold(self, step: int, spec: AlertSpec, name: str, value: float) -> Alert | None:
         crossed = value < spec.threshold if spec.condition == "less" else value > spec.threshold
@@ -220,4 +334,6 @@ class AlertManager:
                 for m, c in self.by_metric.most_common()
             },
             "recent": [a.row() for a in list(self.history)[-20:]],
+            "watching": {s.metric: self.resolved[i] for i, s in enumerate(self.specs) if i in self.resolved},
+            "never_seen": self.never_seen(),
         }

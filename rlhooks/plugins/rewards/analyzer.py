@@ -1,15 +1,30 @@
 """RewardAnalyzer: reward-signal quality, function importance and reward-hacking checks over a run.
 
-Input is a step history of metrics as the reward monitor logs them (``rewards/mean|std|min|max``,
-``rewards/functions/<name>[_std]``, ``contributions/<name>``, ``training/kl_divergence``), either
-in memory (the monitor runs it at run end) or read back from a saved run::
+Public import path: ``from rlhooks.monitoring import RewardAnalyzer``. Two ways to use it:
 
-    from rlhooks.plugins.rewards.analyzer import RewardAnalyzer
+* over a step history of metrics as the reward monitor logs them (``rewards/mean|std|min|max``,
+  ``rewards/functions/<name>[_std]``, ``contributions/<name>``, ``training/kl_divergence``), in
+  memory (the monitor runs it at run end) or read back from a saved run::
+
     an = RewardAnalyzer.from_jsonl("runs/demo")          # <run_dir>/metrics.jsonl
     report = an.analyze_quality()
     print(report.quality_score, report.issues, report.recommendations)
     an.analyze_function_importance()
     an.detect_reward_hacking(performance_metric="val/acc")
+
+* from any training loop, with the raw rewards of each step (the reward_monitoring document's
+  calls)::
+
+    analyzer = RewardAnalyzer()
+    reward_history = [{"format_exact": np.array([3.0, 0.0, ...]), "check_answer": ...}, ...]  # one dict per step
+    report = analyzer.analyze_quality(reward_history, steps)
+    analyzer.analyze_function_importance(reward_history, function_names)
+    analyzer.detect_reward_hacking(reward_history, function_names, performance_metrics=accuracy_over_time)
+
+  Each step's dict maps a reward function's name to its per-response scores; the total reward
+  of a response is the (``weights``-weighted, default 1) sum over functions, and the step's
+  metrics are computed by the same code as the reward monitor's. A step dict of plain numbers
+  is taken as already-computed metrics instead.
 
 Quality score (0-100) = 100 * (0.25 consistency + 0.35 discriminability + 0.25 stability
 + 0.15 coverage), each dimension in [0, 1]:
@@ -22,10 +37,18 @@ discriminability  avg over steps of std_t / ((max_t - min_t) / 2): how far the s
 stability         1 / (1 + cv(std_t)): how steady the within-batch spread is (cv = sd / mean).
 coverage          avg over steps of (max_t - min_t) / (high - low), where (low, high) is the
                   reward's possible range when known (``reward_range``), else the run's observed range.
+
+One score per run: the reward monitor writes the declared range it used (the reward functions'
+``reward_range``, weighted) into its run-end summary (``reward_monitor.json``), and
+``from_jsonl`` reads it from there, so both analyses of a run give the same score. Each report
+names its coverage basis (``coverage_basis``) and the steps it covers (``first_step`` ..
+``last_step``): when the summary file is missing, or the monitor kept fewer steps than the file
+holds (``history``), the reports say so.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -36,6 +59,7 @@ import numpy as np
 import structlog
 
 from rlhooks.plugins.backends.jsonl import read_records
+from rlhooks.plugins.rewards.stats import function_stats, reward_stats
 
 log = structlog.get_logger("rlhooks.rewards.analyzer")
 
@@ -44,6 +68,9 @@ FUNC_PREFIX = "rewards/functions/"
 CONTRIB_PREFIX = "contributions/"
 KL = "training/kl_divergence"
 MIN_STEPS = 3
+SUMMARY_FILE = "reward_monitor.json"  # the reward monitor's run-end summary (its summary_file default)
+DECLARED = "declared reward_range of the reward functions"
+OBSERVED = "observed min..max of this run (no declared reward_range)"
 
 
 class AnalyzerError(ValueError):
@@ -60,6 +87,11 @@ class QualityReport:
     n_steps: int
     issues: list[str]
     recommendations: list[str]
+    first_step: int | None = None
+    last_step: int | None = None
+    #: (low, high) that coverage is measured against, and where it comes from
+    reward_range: list[float] | None = None
+    coverage_basis: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -97,11 +129,52 @@ def _growth(y: np.ndarray) -> float:
     return s * (len(y) - 1) / scale if scale > 0 else 0.0
 
 
+def _is_array_like(v: Any) -> bool:
+    return isinstance(v, (np.ndarray, list, tuple))
+
+
+def history_from_rewards(
+    reward_history: Sequence[Mapping[str, Any]],
+    steps: Sequence[int] | None = None,
+    weights: Mapping[str, float] | None = None,
+    function_names: Sequence[str] | None = None,
+) -> list[tuple[int, dict[str, float]]]:
+    """Per-step metrics from the document's ``reward_history`` (one dict per step, see module doc)."""
+    if isinstance(reward_history, (str, bytes)) or not isinstance(reward_history, Sequence):
+        raise AnalyzerError(f"reward_history must be a list with one dict per step, got {type(reward_history).__name__}")
+    if steps is None:
+        steps = list(range(len(reward_history)))
+    elif len(steps) != len(reward_history):
+        raise AnalyzerError(f"steps has {len(steps)} entries but reward_history has {len(reward_history)}; give one step per entry")
+    weights = dict(weights or {})
+    wanted = set(function_names) if function_names else None
+    out = []
+    for i, (step, entry) in enumerate(zip(steps, reward_history)):
+        if not isinstance(entry, Mapping):
+            raise AnalyzerError(f"reward_history[{i}] must be a dict (function name -> scores), got {type(entry).__name__}")
+        arrays = {k: np.asarray(v, dtype=np.float64).ravel() for k, v in entry.items()
+                  if _is_array_like(v) and (wanted is None or k in wanted)}
+        if not arrays:  # already-computed metrics
+            out.append((int(step), {k: float(v) for k, v in entry.items()
+                                    if isinstance(v, (int, float, np.number)) and not isinstance(v, bool)}))
+            continue
+        sizes = {k: len(v) for k, v in arrays.items()}
+        if len(set(sizes.values())) != 1:
+            raise AnalyzerError(f"reward_history[{i}] (step {step}): functions scored different numbers of responses {sizes}; "
+                                "each function needs one score per response")
+        total = sum(weights.get(k, 1.0) * v for k, v in arrays.items())
+        metrics = reward_stats(total)
+        metrics.update(function_stats(arrays, weights))
+        out.append((int(step), metrics))
+    return out
+
+
 class RewardAnalyzer:
     def __init__(
         self,
-        history: Iterable[tuple[int, Mapping[str, float]]],
+        history: Iterable[tuple[int, Mapping[str, float]]] = (),
         reward_range: tuple[float, float] | None = None,
+        weights: Mapping[str, float] | None = None,
     ) -> None:
         merged: dict[int, dict[str, float]] = {}
         for step, metrics in history:
@@ -109,6 +182,16 @@ class RewardAnalyzer:
         self.steps = sorted(merged)
         self.metrics = [merged[s] for s in self.steps]
         self.reward_range = reward_range
+        #: reward-function weights used to total raw per-function scores (default 1 each)
+        self.weights = dict(weights or {})
+
+    def _over(self, reward_history: Sequence[Mapping[str, Any]] | None, steps: Sequence[int] | None = None,
+              function_names: Sequence[str] | None = None) -> RewardAnalyzer:
+        """This analyzer, or one over the given documented-style reward_history."""
+        if reward_history is None:
+            return self
+        return RewardAnalyzer(history_from_rewards(reward_history, steps, self.weights, function_names),
+                              reward_range=self.reward_range, weights=self.weights)
 
     # -- loading ------------------------------------------------------------------------
     @classmethod
@@ -116,11 +199,15 @@ class RewardAnalyzer:
         """Read the ``"metrics"`` lines of a JSONL backend file (or ``<run_dir>/metrics.jsonl``).
 
         A last line without its newline (a run still writing) is skipped; any other bad line is
-        an error. Null metric values (NaN/inf in the run) are left out.
+        an error. Null metric values (NaN/inf in the run) are left out. Without ``reward_range``,
+        the declared range the reward monitor wrote into ``reward_monitor.json`` next to the file
+        is used, so this analysis scores the run as the monitor's run-end analysis did.
         """
         p = Path(path)
         if p.is_dir():
             p = p / "metrics.jsonl"
+        if reward_range is None:
+            reward_range = _declared_range(p.parent / SUMMARY_FILE)
         history = []
         try:
             for i, rec in read_records(p):
@@ -158,7 +245,12 @@ class RewardAnalyzer:
         return sorted(n for n in names if not (n.endswith("_std") and n[:-4] in names))
 
     # -- quality --------------------------------------------------------------------------
-    def analyze_quality(self) -> QualityReport:
+    def analyze_quality(self, reward_history: Sequence[Mapping[str, Any]] | None = None,
+                        steps: Sequence[int] | None = None) -> QualityReport:
+        """Quality report of this analyzer's history, or of ``reward_history`` (one dict per step) at ``steps``."""
+        an = self._over(reward_history, steps)
+        if an is not self:
+            return an.analyze_quality()
         mean, std, lo, hi = self._aligned("rewards/mean", "rewards/std", "rewards/min", "rewards/max")
         n = len(mean)
         if n == 0:
@@ -176,9 +268,10 @@ class RewardAnalyzer:
         cv = float(np.std(std) / avg_std) if avg_std > 0 else 0.0
         stability = 1.0 / (1.0 + cv)
         if self.reward_range is not None:
-            full = self.reward_range[1] - self.reward_range[0]
+            rng, basis = [float(self.reward_range[0]), float(self.reward_range[1])], DECLARED
         else:
-            full = float(hi.max() - lo.min())
+            rng, basis = [float(lo.min()), float(hi.max())], OBSERVED
+        full = rng[1] - rng[0]
         coverage = float(np.clip((hi - lo) / full, 0.0, 1.0).mean()) if full > 0 else 0.0
         dims = {
             "consistency": consistency, "discriminability": discriminability,
@@ -201,12 +294,23 @@ class RewardAnalyzer:
         if coverage < 0.25:
             issues.append(f"rewards use little of their range (coverage {coverage:.2f})")
             recs.append("check scoring rules and weights: most responses land on the same few values")
-        return QualityReport(round(score, 4), consistency, discriminability, stability, coverage, n, issues, recs)
+        present = [s for s, m in zip(self.steps, self.metrics) if "rewards/mean" in m]
+        return QualityReport(round(score, 4), consistency, discriminability, stability, coverage, n, issues, recs,
+                             first_step=present[0] if present else None, last_step=present[-1] if present else None,
+                             reward_range=rng, coverage_basis=basis)
 
     # -- functions --------------------------------------------------------------------------
-    def analyze_function_importance(self) -> dict[str, dict[str, float]]:
-        """Per function: mean, std, contribution (%), variance share (%), correlation with the total."""
+    def analyze_function_importance(self, reward_history: Sequence[Mapping[str, Any]] | None = None,
+                                    function_names: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
+        """Per function: mean, std, contribution (%), variance share (%), correlation with the total.
+
+        With ``reward_history`` (one dict per step), over it; ``function_names`` limits the functions."""
+        an = self._over(reward_history, None, function_names)
+        if an is not self:
+            return an.analyze_function_importance(function_names=function_names)
         names = self.function_names()
+        if function_names:
+            names = [n for n in names if n in set(function_names)]
         if not names:
             return {}
         means = {f: self.series(FUNC_PREFIX + f) for f in names}
@@ -234,8 +338,11 @@ class RewardAnalyzer:
     # -- hacking ------------------------------------------------------------------------------
     def detect_reward_hacking(
         self,
-        performance_metric: str | Sequence[float] | None = None,
+        reward_history: Sequence[Mapping[str, Any]] | str | Sequence[float] | None = None,
+        function_names: Sequence[str] | None = None,
+        performance_metrics: Sequence[float] | None = None,
         *,
+        performance_metric: str | Sequence[float] | None = None,
         window: int | None = None,
         rise_threshold: float = 0.5,
         kl_ratio: float = 3.0,
@@ -243,7 +350,22 @@ class RewardAnalyzer:
     ) -> HackingReport:
         """Flags (1) reward rising (trend >= rise_threshold) while the performance metric is not
         (trend < 0.1), and (2) KL growing by >= min_kl_growth of its mean and kl_ratio times
-        faster (relative) than the reward. ``window`` limits the check to the last steps."""
+        faster (relative) than the reward. ``window`` limits the check to the last steps.
+
+        ``performance_metric`` is a metric name of the history (e.g. ``val/acc``) or a series;
+        ``performance_metrics`` a series (the document's spelling). A first argument that is a
+        metric name or a series of numbers is taken as the performance metric (the older call)."""
+        if isinstance(reward_history, str) or (
+            reward_history is not None and len(reward_history) and not isinstance(reward_history[0], Mapping)
+        ):
+            reward_history, performance_metric = None, reward_history
+        if performance_metrics is not None:
+            performance_metric = performance_metrics
+        an = self._over(reward_history, None, function_names)
+        if an is not self:
+            return an.detect_reward_hacking(function_names=function_names, performance_metric=performance_metric,
+                                            window=window, rise_threshold=rise_threshold, kl_ratio=kl_ratio,
+                                            min_kl_growth=min_kl_growth)
         reward = self.series("rewards/mean")
         if window:
             reward = reward[-window:]
@@ -275,9 +397,22 @@ class RewardAnalyzer:
         suspects = []
         if reasons:
             for f in self.function_names():
+                if function_names and f not in function_names:
+                    continue
                 fv = self.series(FUNC_PREFIX + f)
                 if window:
                     fv = fv[-window:]
                 if _corr_with_time(fv) >= rise_threshold:
                     suspects.append(f)
         return HackingReport(bool(reasons), reasons, r_trend, r_growth, p_trend, kl_growth, suspects)
+
+
+def _declared_range(summary: Path) -> tuple[float, float] | None:
+    """The reward range the monitor used, from its run-end summary (None when absent)."""
+    try:
+        rng = json.loads(summary.read_text(encoding="utf-8")).get("reward_range")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(rng, list) and len(rng) == 2 and all(isinstance(v, (int, float)) for v in rng):
+        return (float(rng[0]), float(rng[1]))
+    return None

@@ -17,7 +17,9 @@ rewards/entropy                  Shannon entropy (nats) of a histogram of the re
 rewards/functions/<f>, <f>_std   mean and std of each function's unweighted score (reward_fn/<f>)
 contributions/<f>                100 * |w_f * mean_f| / sum_g |w_g * mean_g| (weights from the
                                  ``rewards:`` config, 1 when unknown)
-training/kl_divergence           engine metric actor/ppo_kl, else actor/kl_loss
+training/kl_divergence           KL to the reference policy: engine metric actor/kl_loss (verl's KL
+                                 loss), else actor/reward_kl_penalty (verl's in-reward KL)
+training/policy_update_kl        engine metric actor/ppo_kl: the old-to-new policy KL of the update
 training/policy_entropy          engine metric actor/entropy
 training/advantage_mean|std      over the trained batch's ``advantage`` column
 alerts/count|info|warning|critical, alerts/total   see alerts.py
@@ -46,12 +48,16 @@ import structlog
 from rlhooks import Batch, hookimpl
 from rlhooks.core.batch import ADVANTAGE, REWARD, REWARD_FN_PREFIX
 from rlhooks.core.run import RunContext
-from rlhooks.plugins.rewards.alerts import AlertManager, AlertSpec
+from rlhooks.plugins.rewards.alerts import DEFAULT_ALERTS, AlertManager, AlertSpec
 from rlhooks.plugins.rewards.analyzer import AnalyzerError, RewardAnalyzer
+from rlhooks.plugins.rewards.stats import function_stats, reward_stats
 
 log = structlog.get_logger("rlhooks.rewards.monitor")
 
-KL_KEYS = ("actor/ppo_kl", "actor/kl_loss")
+#: KL to the reference policy, in order of preference (the reward-hacking check reads it)
+KL_KEYS = ("actor/kl_loss", "actor/reward_kl_penalty")
+#: the PPO update's old-to-new KL: how far one step moved the policy, not the drift from the reference
+UPDATE_KL_KEY = "actor/ppo_kl"
 ENTROPY_KEY = "actor/entropy"
 
 
@@ -67,67 +73,14 @@ class RewardMonitorOptions:
     #: ...every this many steps
     distribution_every: int = attrs.field(default=1, validator=attrs.validators.ge(1))
     alerts: tuple[AlertSpec, ...] = ()
+    #: also watch the documented default alert set (alerts.DEFAULT_ALERTS)
+    default_alerts: bool = False
     #: run the RewardAnalyzer on the in-memory history at run end
     analyze_at_end: bool = True
     #: a metric that measures real performance (e.g. val/acc), for the reward-hacking check
     performance_metric: str | None = None
     #: JSON file in the run directory for the run-end summary
     summary_file: str = "reward_monitor.json"
-
-
-def reward_stats(reward: np.ndarray, bins: int = 20) -> dict[str, float]:
-    """Aggregate metrics over one array of sequence rewards (non-finite values excluded)."""
-    reward = np.asarray(reward, dtype=np.float64)
-    ok = np.isfinite(reward)
-    r = reward[ok]
-    out: dict[str, float] = {"rewards/count": len(reward), "rewards/nonfinite": len(reward) - len(r)}
-    if not len(r):
-        return out
-    mean, std = float(r.mean()), float(r.std())
-    lo, hi = float(r.min()), float(r.max())
-    if hi > lo:
-        try:
-            counts, _ = np.histogram(r, bins=bins, range=(lo, hi))
-        except ValueError:  # a range too narrow for distinct float bin edges (1.0 vs 1.0000000000000002) or too wide
-            counts = _bin_counts(r, lo, hi, bins)
-        p = counts[counts > 0] / len(r)
-        entropy = float(-(p * np.log(p)).sum())
-    else:
-        entropy = 0.0
-    out.update({
-        "rewards/mean": mean, "rewards/std": std, "rewards/min": lo, "rewards/max": hi,
-        "rewards/total": float(r.sum()), "rewards/variance": std * std,
-        "rewards/signal_to_noise": abs(mean) / std if std > 0 else 0.0,
-        "rewards/entropy": entropy,
-    })
-    return out
-
-
-def _bin_counts(r: np.ndarray, lo: float, hi: float, bins: int) -> np.ndarray:
-    """Equal-width bin counts over [lo, hi] without bin edges; halved so hi - lo cannot overflow."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        pos = (r / 2 - lo / 2) / (hi / 2 - lo / 2) * bins
-    idx = np.clip(np.nan_to_num(np.floor(pos), nan=0.0), 0, bins - 1).astype(np.int64)
-    return np.bincount(idx, minlength=bins)
-
-
-def function_stats(components: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> dict[str, float]:
-    """Per-function mean/std of unweighted scores and each one's share of the weighted total."""
-    out: dict[str, float] = {}
-    weighted: dict[str, float] = {}
-    for name, values in components.items():
-        v = np.asarray(values, dtype=np.float64)
-        v = v[np.isfinite(v)]
-        if not len(v):
-            continue
-        mean = float(v.mean())
-        out[f"rewards/functions/{name}"] = mean
-        out[f"rewards/functions/{name}_std"] = float(v.std())
-        weighted[name] = abs(weights.get(name, 1.0) * mean)
-    total = sum(weighted.values())
-    for name, w in weighted.items():
-        out[f"contributions/{name}"] = 100.0 * w / total if total > 0 else 0.0
-    return out
 
 
 class RewardMonitor:
@@ -137,7 +90,8 @@ class RewardMonitor:
 
     def __init__(self, options: RewardMonitorOptions | None = None) -> None:
         self.options = options if options is not None else RewardMonitorOptions()
-        self.alerts = AlertManager(self.options.alerts)
+        specs = (*DEFAULT_ALERTS, *self.options.alerts) if self.options.default_alerts else self.options.alerts
+        self.alerts = AlertManager(specs)
         self.history: deque[tuple[int, dict[str, float]]] = deque(maxlen=self.options.history)
         self.run: RunContext | None = None
         self.weights: dict[str, float] = {}
@@ -194,9 +148,14 @@ class RewardMonitor:
     def on_run_end(self, status: str) -> None:
         summary = self.summary(status)
         a = summary["alerts"]
+        for miss in a["never_seen"]:
+            hint = f"; did you mean {' or '.join(repr(k) for k in miss['did_you_mean'])}?" if miss["did_you_mean"] else ""
+            log.warning(f"alert on {miss['metric']!r} never fired nor checked: no step logged that metric{hint}",
+                        metric=miss["metric"])
         log.info(
             "reward monitor summary", status=status, alerts=a["total"], by_level=a["by_level"],
             quality_score=(summary.get("quality") or {}).get("quality_score"),
+            coverage_basis=(summary.get("quality") or {}).get("coverage_basis"),
             reward_hacking=(summary.get("reward_hacking") or {}).get("detected"),
         )
         if self.run is not None:
@@ -223,7 +182,10 @@ class RewardMonitor:
     # -- helpers --------------------------------------------------------------------------
     def summary(self, status: str = "") -> dict[str, Any]:
         """Alert summary plus, when enabled and possible, the analyzer's reports."""
-        out: dict[str, Any] = {"status": status, "steps": len(self.history), "alerts": self.alerts.summary()}
+        out: dict[str, Any] = {
+            "status": status, "steps": len(self.history), "alerts": self.alerts.summary(),
+            "reward_range": list(self.reward_range) if self.reward_range is not None else None,
+        }
         if not self.options.analyze_at_end or not self.history:
             return out
         an = RewardAnalyzer(self.history, reward_range=self.reward_range)
@@ -258,6 +220,8 @@ class RewardMonitor:
             if key in metrics:
                 out["training/kl_divergence"] = float(metrics[key])
                 break
+        if UPDATE_KL_KEY in metrics:
+            out["training/policy_update_kl"] = float(metrics[UPDATE_KL_KEY])
         if ENTROPY_KEY in metrics:
             out["training/policy_entropy"] = float(metrics[ENTROPY_KEY])
         if ADVANTAGE in batch and len(batch):

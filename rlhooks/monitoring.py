@@ -1,0 +1,117 @@
+"""Reward monitoring for any training loop: real-time alerts and reward-quality analysis.
+
+The one documented import path for the monitoring API (the reward_monitoring document's names).
+It needs no rlhooks run and imports neither torch, wandb, tensorboard nor matplotlib itself::
+
+    from rlhooks.monitoring import AlertLevel, RealtimeMonitor, RewardAnalyzer
+
+    monitor = RealtimeMonitor(print_alerts=True)
+    monitor.add_threshold_alert(metric_name="signal_to_noise", threshold=0.5, condition="less",
+                                level=AlertLevel.WARNING)
+    monitor.add_trend_alert(metric_name="mean_reward", min_slope=-0.01, window_size=10,
+                            level=AlertLevel.WARNING)
+    for step in range(num_steps):
+        ...
+        monitor.check_metrics(step, metrics_dict)     # -> the alerts fired this step
+    summary = monitor.get_alert_summary()
+
+    analyzer = RewardAnalyzer()
+    report = analyzer.analyze_quality(reward_history, steps)   # one {function: scores} dict per step
+    importance = analyzer.analyze_function_importance(reward_history, function_names)
+    hacking = analyzer.detect_reward_hacking(reward_history, function_names,
+                                             performance_metrics=accuracy_over_time)
+    RewardAnalyzer.from_jsonl("runs/demo").analyze_quality()  # a saved rlhooks run
+
+Metric names in alerts may be short: ``signal_to_noise`` finds ``rewards/signal_to_noise`` and
+``kl_divergence`` finds ``training/kl_divergence`` (see ``rlhooks.plugins.rewards.alerts``). Inside
+an rlhooks run the ``reward_monitor`` plugin does all this from its YAML options.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from rlhooks.plugins.rewards.alerts import (
+    DEFAULT_ALERTS,
+    Alert,
+    AlertLevel,
+    AlertManager,
+    AlertSpec,
+    did_you_mean,
+    resolve_metric,
+)
+from rlhooks.plugins.rewards.analyzer import AnalyzerError, HackingReport, QualityReport, RewardAnalyzer
+from rlhooks.plugins.rewards.stats import function_stats, reward_stats
+
+__all__ = [
+    "RealtimeMonitor", "AlertLevel", "Alert", "AlertSpec", "DEFAULT_ALERTS", "RewardAnalyzer", "QualityReport",
+    "HackingReport", "AnalyzerError", "reward_stats", "function_stats", "resolve_metric", "did_you_mean",
+]
+
+
+class RealtimeMonitor:
+    """Threshold and trend alerts checked on each step's metrics dict, outside or inside an rlhooks run.
+
+    ``print_alerts``: print each fired alert to stderr (they are logged through structlog as well).
+    ``default_alerts``: start with the documented default alert set (``DEFAULT_ALERTS``).
+    """
+
+    def __init__(self, print_alerts: bool = True, default_alerts: bool = False, keep: int = 1000) -> None:
+        self.print_alerts = print_alerts
+        self._keep = keep
+        self._specs: list[AlertSpec] = list(DEFAULT_ALERTS) if default_alerts else []
+        self._manager = AlertManager(self._specs, keep=keep)
+
+    @property
+    def alerts(self) -> list[AlertSpec]:
+        return list(self._specs)
+
+    def _add(self, spec: AlertSpec) -> AlertSpec:
+        old = self._manager
+        self._specs.append(spec)
+        self._manager = AlertManager(self._specs, keep=self._keep)
+        self._manager.load_state_dict(old.state_dict())  # keeps counts, history and trend windows
+        self._manager.keys_seen = old.keys_seen
+        return spec
+
+    def add_threshold_alert(self, metric_name: str, threshold: float, condition: str = "less",
+                            level: AlertLevel | str = AlertLevel.WARNING, message: str = "") -> AlertSpec:
+        """Fire on a step whose ``metric_name`` is ``less`` / ``greater`` than ``threshold``."""
+        return self._add(AlertSpec(metric=metric_name, condition=condition, threshold=float(threshold),
+                                   level=level, message=message))
+
+    def add_trend_alert(self, metric_name: str, min_slope: float | None = None, window_size: int = 10,
+                        level: AlertLevel | str = AlertLevel.WARNING, max_slope: float | None = None,
+                        message: str = "") -> AlertSpec:
+        """Fire when the least-squares slope per step of the last ``window_size`` values is below
+        ``min_slope`` (or above ``max_slope``)."""
+        if min_slope is None and max_slope is None:
+            raise ValueError(f"trend alert on {metric_name!r} needs min_slope and/or max_slope")
+        return self._add(AlertSpec(metric=metric_name, min_slope=min_slope, max_slope=max_slope,
+                                   window=int(window_size), level=level, message=message))
+
+    def check_metrics(self, step: int, metrics: Mapping[str, Any]) -> list[Alert]:
+        """Check one step's metrics; returns the alerts fired (non-numbers are ignored)."""
+        numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+                   or type(v).__module__ == "numpy" and getattr(v, "ndim", 1) == 0}
+        fired = self._manager.check(int(step), numbers)
+        if self.print_alerts:
+            for a in fired:
+                print(f"[{a.level.upper()}] step {a.step}: {a.message}", file=sys.stderr)
+        return fired
+
+    def get_alert_summary(self) -> dict[str, Any]:
+        """total, by_level, by_metric (count, first/last step), recent alerts, watched keys, never-seen metrics."""
+        return self._manager.summary()
+
+    @property
+    def history(self) -> list[Alert]:
+        return list(self._manager.history)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._manager.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._manager.load_state_dict(state)
