@@ -20,8 +20,9 @@ sampler's epoch. Metrics (summed over the step's generation batches):
     prompt_filter/surplus             kept prompts beyond the batch size (not generated)
     prompt_filter/draws               sampler batches drawn
     prompt_filter/skip_ratio          skipped / sampled
-    prompt_filter/saved_trajectories  (skipped - forced) * n: trajectories not generated (estimate
-                                      of the generation saved; a real run may have drawn fewer)
+    prompt_filter/saved_trajectories  (skipped - forced) * n: what the skipped prompts would have
+                                      cost (an upper bound: other prompts take their place, so the
+                                      realized saving is fewer generation batches per step)
     prompt_filter/saved_trajectories_total, prompt_filter/skipped_total   over the whole run
     source/<name>/prompts_skipped, source/<name>/trajectories_saved       per source
 """
