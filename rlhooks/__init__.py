@@ -21,6 +21,7 @@ from rlhooks.core.errors import (
     UnknownComponentError,
 )
 from rlhooks.core.hookspecs import hookimpl, hookspec
+from rlhooks.core.learning import LearningState
 from rlhooks.core.manager import RunManager
 from rlhooks.core.registry import Registry
 from rlhooks.core.run import RunContext
@@ -30,7 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Batch", "GroupIndex", "RowLazy", "FilterDecision", "NoOptions", "RewardFunction", "Sampler",
     "Config", "ComponentConfig", "RunOptions", "load_config", "DatasetColumns",
-    "GroupAccumulator", "Rollout", "StepDriver", "RunManager", "Registry", "RunContext",
+    "GroupAccumulator", "Rollout", "StepDriver", "RunManager", "Registry", "RunContext", "LearningState",
     "hookimpl", "hookspec", "RLHooksError", "ConfigError", "RegistryError", "UnknownComponentError",
     "DuplicateComponentError", "BrokenPluginError", "PluginError", "GenerationLimitError",
     "__version__",

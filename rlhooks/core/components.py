@@ -4,6 +4,8 @@
 |---------|--------------------|----------------------------------------------------------------|
 | sampler | rlhooks.samplers   | a ``Sampler`` subclass (torch ``Sampler[int]`` with state)      |
 | filter  | rlhooks.filters    | a class with ``select(batch) -> keep mask | FilterDecision``    |
+| prompt_filter | rlhooks.prompt_filters | the same ``select`` over sampled prompts (with ``learning/*`` |
+|         |                    | columns), before generation (core/pregen.py)                    |
 | reward  | rlhooks.rewards    | a reward function (callable or ``RewardFunction`` subclass), or |
 |         |                    | a reward observer (a class implementing hooks)                 |
 | backend | rlhooks.backends   | a class implementing log_metrics / log_table / ...             |

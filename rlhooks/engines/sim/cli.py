@@ -198,6 +198,8 @@ def format_summary(s: dict[str, Any]) -> str:
     line = f"  trajectories: {s['generated_trajectories']:,} generated, {s['trained_trajectories']:,} trained"
     if eff is not None:
         line += f" (filter efficiency {eff:.0%})"
+    if s.get("generated_to_target") is not None:
+        line += f"; {s['generated_to_target']:,} generated until the mean accuracy reached {target:.2f} (step {s['steps_to_target']})"
     lines.append(line)
     if "kept_ratio" in {k.split("/", 1)[1] for k in s["filter"]}:
         lines.append(f"  last step: filter kept {s['filter']['filter/kept_ratio']:.0%} of generated groups")
