@@ -1,10 +1,9 @@
 """The ``rlhooks`` command.
 
-Core commands live here (``plugins list``, ``config check``); engines add theirs
-(``simulate``, ``report``, ``train``) through modules listed in ENGINE_COMMANDS, each exposing
+Core commands live here (``plugins list``, ``config check``); the others (``simulate``,
+``report``, ``train``) come from the modules listed in COMMAND_MODULES, each exposing
 ``add_parser(subparsers)`` that registers a subcommand with ``set_defaults(func=...)``.
-The engine modules are imported only when present, so a missing optional dependency
-(verl, matplotlib) disables just its command.
+A module that is not there (an engine left out) disables just its command.
 """
 
 from __future__ import annotations
@@ -15,8 +14,9 @@ import sys
 
 import rlhooks
 
-ENGINE_COMMANDS = (
-    "rlhooks.engines.sim.cli",  # simulate, report
+COMMAND_MODULES = (
+    "rlhooks.engines.sim.cli",  # simulate
+    "rlhooks.cli_report",  # report
     "rlhooks.engines.verl.cli",  # train
 )
 
@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     from rlhooks import cli_core
 
     cli_core.add_parsers(sub)
-    for module in ENGINE_COMMANDS:
+    for module in COMMAND_MODULES:
         try:
             mod = importlib.import_module(module)
         except ImportError as exc:

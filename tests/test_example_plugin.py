@@ -78,7 +78,7 @@ def test_entry_points_are_visible(installed: md.Distribution) -> None:
 
 
 class _TextRollout:
-    """A tiny engine: prompts with targets, responses of growing length, scored by the run's rewards."""
+    """A tiny engine: prompts with targets, responses of growing length (core's driver scores them)."""
 
     def __init__(self, manager: RunManager, n: int) -> None:
         self.m, self.n, self.drawn = manager, n, 0
@@ -94,11 +94,16 @@ class _TextRollout:
         rows = k * self.n
         responses = np.asarray(["x" * (5 * i) for i in range(rows)], dtype=object)
         targets = np.asarray(["42"] * rows, dtype=object)
-        scored = self.m.rewards.score(list(responses), list(targets))
         uid = np.repeat(np.arange(k), self.n).astype(str).astype(object)
         cols = {"uid": uid, "index": np.repeat(np.arange(k), self.n), "data_source": np.asarray(["toy"] * rows, object),
-                "reward": scored.total, **{f"reward_fn/{k_}": v for k_, v in scored.components.items()}}
-        return None, Batch(cols, meta={"reward_functions": list(scored.components)})
+                "reward": np.zeros(rows), "response": responses, "target": targets}
+        return None, Batch(cols)
+
+    def select_prompts(self, payload: None, rows: np.ndarray) -> None:
+        return None
+
+    def place_rewards(self, payload: None, reward: np.ndarray) -> None:
+        return None
 
     def select(self, payload: None, rows: np.ndarray) -> None:
         return None

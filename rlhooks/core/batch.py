@@ -188,7 +188,8 @@ class Batch:
 
     @staticmethod
     def concat(batches: Iterable[Batch], meta: Mapping[str, Any] | None = None) -> Batch:
-        """Rows of several batches; columns must match (lazy columns are materialized)."""
+        """Rows of several batches; columns must match. A column lazy in any batch stays lazy
+        (concatenated on first access), so text nobody reads is never decoded."""
         batches = list(batches)
         if not batches:
             return Batch(meta=meta)
@@ -197,8 +198,11 @@ class Batch:
             if set(b.columns) != set(names):
                 diff = set(b.columns) ^ set(names)
                 raise BatchError(f"cannot concat: batch {i} differs in columns {sorted(diff)}")
-        cols = {k: np.concatenate([b[k] for b in batches]) for k in names}
-        return Batch(cols, meta=batches[0].meta if meta is None else meta, length=sum(map(len, batches)))
+        cols = {k: np.concatenate([b[k] for b in batches]) for k in names if not any(b.is_lazy(k) for b in batches)}
+        lazy: dict[str, LazyColumn] = {
+            k: (lambda k=k: np.concatenate([b[k] for b in batches])) for k in names if k not in cols
+        }
+        return Batch(cols, lazy=lazy, meta=batches[0].meta if meta is None else meta, length=sum(map(len, batches)))
 
     # -- groups -------------------------------------------------------------------------
     @property

@@ -1,12 +1,21 @@
-"""Engine-neutral step logic, shared by the simulator and the verl shim.
+"""Engine-neutral step logic, shared by the simulator, the verl shim and any other engine.
 
-    sampler -> [engine: generate] -> on_batch_sampled -> [engine: reward] -> on_rewards_computed
-    -> filters -> accumulate until train_batch_size groups (or max_num_gen_batches) -> trim
-    -> [engine: advantage + update] -> on_step_end -> log_metrics -> log_table / log_histogram
+One step, stage by stage (``[engine]`` marks the only engine operations)::
 
-An engine provides a ``Rollout`` (how to draw prompts, generate and score them, and select and
-concatenate its own batch objects), calls ``StepDriver.collect`` for the batch to train on,
-trains, then calls ``StepDriver.finish_step`` with its own metrics.
+    collect:  [engine: sample prompts]
+              -> pre-generation stage (core/pregen.py): prompt filters with the learning state,
+                 top-ups from the sampler, adaptive size (engine: select_prompts)
+              -> on_batch_sampled (the prompts that will be generated) -> [engine: generate]
+              -> score with the configured reward functions
+              -> [engine: place_rewards] -> learning-state update -> on_rewards_computed -> filters
+              -> accumulate until train_batch_size groups (or max_num_gen_batches) -> trim
+    [engine: advantage + update]
+    finish_step: on_step_end -> log_metrics -> log_table / log_histogram
+
+The driver owns everything that does not depend on the engine: reward functions (the ``reward``
+and ``reward_fn/<name>`` columns and the ``rewards/errors/<name>`` counts, summed over a step's
+generation batches), filters, accumulation and trimming, and the step's metrics. An engine
+provides a ``Rollout``: operations on its own batch objects only.
 """
 
 from __future__ import annotations
@@ -18,8 +27,8 @@ import attrs
 import numpy as np
 import structlog
 
-from rlhooks.core.batch import Batch
-from rlhooks.core.errors import GenerationLimitError
+from rlhooks.core.batch import RESPONSE, REWARD, REWARD_FN_PREFIX, TARGET, Batch
+from rlhooks.core.errors import GenerationLimitError, RLHooksError
 from rlhooks.core.manager import RunManager, merge_metrics
 from rlhooks.core.pregen import adaptive_size
 
@@ -29,21 +38,34 @@ P = TypeVar("P")  # the engine's own batch object (a DataProto in verl)
 
 
 class Rollout(Protocol[P]):
+    """An engine's operations on its own batch objects; everything else is the driver's."""
+
     def sample(self, step: int) -> tuple[P, Batch]:
         """Draw one generation batch of prompts; return the engine object and a prompt-row Batch."""
 
+    def select_prompts(self, payload: P, rows: np.ndarray) -> P:
+        """The prompt payload (as ``sample`` returned it) restricted to prompt rows ``rows`` (sorted ints).
+
+        Used by a pre-generation stage to drop prompts before paying for their generation.
+        """
+
     def generate(self, step: int, payload: P) -> tuple[P, Batch]:
-        """Generate n responses per prompt and score them; return a trajectory-row Batch."""
+        """Generate n responses per prompt; return the engine object and a trajectory-row Batch.
+
+        The Batch has ``uid`` (a prompt's rows contiguous), ``response`` and ``target`` (what reward
+        functions read; lazy is best) and ``reward``: the engine's own score, kept when no reward
+        function is configured.
+        """
+
+    def place_rewards(self, payload: P, reward: np.ndarray) -> P:
+        """Put the total reward of each trajectory row into the engine object (verl: at the last
+        valid token of ``token_level_scores``). Called only when reward functions are configured."""
 
     def select(self, payload: P, rows: np.ndarray) -> P:
         """The engine object restricted to trajectory rows ``rows`` (sorted int indices)."""
 
     def concat(self, payloads: list[P]) -> P:
         """Engine objects of several generation batches, rows in order."""
-
-    def select_prompts(self, payload: P, rows: np.ndarray) -> P:
-        """The *prompt* engine object restricted to prompt rows ``rows`` (the pre-generation stage;
-        optional: ``select`` is used when an engine does not define it)."""
 
 
 @attrs.define
@@ -128,8 +150,9 @@ class GroupAccumulator(Generic[P]):
         metrics.update(self.filter_metrics)
         if not batches:
             return None, Batch(meta={"trained_groups": 0}), metrics
-        payload = payloads[0] if len(payloads) == 1 else rollout.concat(payloads)
-        return payload, Batch.concat(batches), metrics
+        if len(batches) == 1:  # one generation batch: nothing to concatenate
+            return payloads[0], batches[0], metrics
+        return rollout.concat(payloads), Batch.concat(batches), metrics
 
 
 @attrs.frozen
@@ -139,38 +162,47 @@ class Collected(Generic[P]):
     metrics: dict[str, float]
 
 
+@attrs.define
+class Generation(Generic[P]):
+    """One generation batch on its way through ``collect``'s stages."""
+
+    step: int
+    number: int  # 1-based within the step
+    payload: P  # the engine object: prompts until generated, then trajectories
+    prompts: Batch
+    trajectories: Batch | None = None
+
+
 class StepDriver:
-    """Runs the hook points of a step around an engine's own generation and update."""
+    """Runs a step's engine-neutral stages around an engine's own generation and update."""
 
     def __init__(self, manager: RunManager):
         self.manager = manager
         self.run = manager.config.run
+        self.rewards = manager.rewards
 
     def collect(self, step: int, rollout: Rollout[P]) -> Collected[P]:
         """Generation batches until enough groups survive; the (trimmed) batch to train on."""
         m = self.manager
         metrics: dict[str, float] = {}
+        reward_errors: dict[str, int] = {}
         acc: GroupAccumulator[P] = GroupAccumulator(self.run.train_batch_size, self.run.max_num_gen_batches, self.run.on_gen_limit)
         stage = m.prompt_stage
         stage.begin_step()
         learning_metrics: dict[str, float] = {}
         while True:
-            generation = acc.num_gen_batches + 1
-            payload, prompts = rollout.sample(step)
-            want = None
-            if self.run.gen_batch_sizing == "adaptive" and generation > 1:
-                want = adaptive_size(len(prompts), self.run.train_batch_size - acc.kept_groups, acc.kept_groups,
-                                     acc.generated_groups, getattr(rollout, "prompt_multiple", 1))
-            if stage.active or want is not None:  # pre-generation stage (core/pregen.py)
-                payload, prompts = stage.select(step, generation, rollout, payload, prompts.with_meta(step=step), want)
-            merge_metrics(metrics, m.batch_sampled(step, prompts.with_meta(step=step, generation=generation)))
-            payload, trajectories = rollout.generate(step, payload)
-            trajectories = trajectories.with_meta(step=step, generation=generation)
-            for k, v in m.update_learning(step, trajectories).items():  # before any filter
+            number = acc.num_gen_batches + 1
+            progress = None
+            if self.run.gen_batch_sizing == "adaptive" and number > 1:
+                progress = (self.run.train_batch_size - acc.kept_groups, acc.kept_groups, acc.generated_groups)
+            gen = self.generation(step, rollout, number, metrics, reward_errors, progress)
+            trajectories = gen.trajectories
+            assert trajectories is not None
+            for k, v in m.update_learning(step, trajectories).items():  # scored, before any filter
                 learning_metrics[k] = learning_metrics.get(k, 0.0) + v
             merge_metrics(metrics, m.rewards_computed(step, trajectories))
             keep, filter_metrics = m.apply_filters(trajectories)
-            acc.add(payload, trajectories, keep, filter_metrics)
+            acc.add(gen.payload, trajectories, keep, filter_metrics)
             if acc.ready:
                 break
             if acc.limit_reached:
@@ -185,12 +217,89 @@ class StepDriver:
         if not m.filters:  # without filters only the generation count means something
             acc_metrics = {"train/num_gen_batches": acc_metrics["train/num_gen_batches"]}
         metrics.update(acc_metrics)
+        metrics.update({f"rewards/errors/{name}": float(n) for name, n in reward_errors.items()})
         if learning_metrics:
             learning_metrics["learning/rows_seen"] = float(m.learning.rows_seen)
             metrics.update(learning_metrics)
         metrics.update(stage.metrics())
         return Collected(payload, batch.with_meta(step=step), metrics)
 
+    # -- the stages of one generation batch -------------------------------------------------
+    def generation(
+        self,
+        step: int,
+        rollout: Rollout[P],
+        number: int = 1,
+        metrics: dict[str, float] | None = None,
+        reward_errors: dict[str, int] | None = None,
+        progress: tuple[int, int, int] | None = None,
+    ) -> Generation[P]:
+        """One generation batch up to its scored trajectories: sample -> pre-generation ->
+        on_batch_sampled -> generate -> reward functions. ``metrics`` and ``reward_errors`` (if
+        given) collect the hook metrics and the rows each reward function failed on. ``progress``
+        (groups still needed, kept, generated so far this step) sizes the batch adaptively."""
+        gen = self.sample(step, number, rollout)
+        gen = self.before_generation(gen, rollout, progress)
+        merge_metrics({} if metrics is None else metrics, self.manager.batch_sampled(step, gen.prompts))
+        self.generate(gen, rollout)
+        self.score(gen, rollout, {} if reward_errors is None else reward_errors)
+        return gen
+
+    def sample(self, step: int, number: int, rollout: Rollout[P]) -> Generation[P]:
+        """The engine draws prompts."""
+        payload, prompts = rollout.sample(step)
+        return Generation(step, number, payload, prompts.with_meta(step=step, generation=number))
+
+    def before_generation(self, gen: Generation[P], rollout: Rollout[P],
+                          progress: tuple[int, int, int] | None = None) -> Generation[P]:
+        """The pre-generation stage (core/pregen.py): prompt filters drop prompts and the sampler tops
+        up (``rollout.select_prompts``), and/or the batch is cut to its adaptive size, before the
+        generation is paid for. on_batch_sampled then sees the prompts that will be generated."""
+        stage = self.manager.prompt_stage
+        want = None
+        if progress is not None:
+            want = adaptive_size(len(gen.prompts), *progress, multiple=getattr(rollout, "prompt_multiple", 1))
+        if not stage.active and want is None:
+            return gen
+        gen.payload, prompts = stage.select(gen.step, gen.number, rollout, gen.payload, gen.prompts, want)
+        gen.prompts = prompts.with_meta(step=gen.step, generation=gen.number)
+        return gen
+
+    def generate(self, gen: Generation[P], rollout: Rollout[P]) -> None:
+        payload, trajectories = rollout.generate(gen.step, gen.payload)
+        gen.payload = payload
+        gen.trajectories = trajectories.with_meta(step=gen.step, generation=gen.number)
+
+    def score(self, gen: Generation[P], rollout: Rollout[P], errors: dict[str, int]) -> None:
+        """The configured reward functions on ``response``/``target``: ``reward`` (their weighted
+        total, also placed into the engine object) and ``reward_fn/<name>`` columns. Without reward
+        functions the engine's own ``reward`` stays. Failed rows are added to ``errors``."""
+        if not self.rewards:
+            return
+        batch = gen.trajectories
+        assert batch is not None
+        missing = [c for c in (RESPONSE, TARGET) if c not in batch]
+        if missing:
+            raise RLHooksError(
+                f"reward functions {', '.join(self.rewards.names)} need the trajectories' "
+                f"{' and '.join(missing)} column(s), which the engine ({type(rollout).__name__}) did not provide; "
+                f"its generate() must return a Batch with response and target columns"
+            )
+        if not callable(getattr(rollout, "place_rewards", None)):
+            raise RLHooksError(
+                f"the engine ({type(rollout).__name__}) has no place_rewards(payload, reward) method, which "
+                f"reward functions need (see rlhooks.core.driver.Rollout)"
+            )
+        targets = np.asarray(batch[TARGET]).astype(str).astype(object)  # None -> "None", as text
+        result = self.rewards.score(batch[RESPONSE], targets)
+        gen.payload = rollout.place_rewards(gen.payload, result.total)
+        columns: dict[str, Any] = {REWARD: result.total}
+        columns.update({REWARD_FN_PREFIX + name: values for name, values in result.components.items()})
+        gen.trajectories = batch.with_columns(**columns).with_meta(reward_functions=tuple(self.rewards.names))
+        for name, n in result.errors.items():
+            errors[name] = errors.get(name, 0) + n
+
+    # -- the end of a step --------------------------------------------------------------------
     def finish_step(self, step: int, batch: Batch, metrics: Mapping[str, Any]) -> dict[str, float]:
         """on_step_end, then the merged metrics to log_metrics, then queued tables/histograms."""
         m = self.manager

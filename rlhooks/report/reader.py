@@ -1,4 +1,4 @@
-"""Read a run's ``metrics.jsonl`` (written by the ``jsonl`` backend) into per-metric series.
+"""Read a run's ``metrics.jsonl`` (the format of ``rlhooks.core.records``, written by the ``jsonl`` backend) into per-metric series.
 
 Record kinds: ``run_start`` (name, config), ``metrics`` (step, metrics; NaN/inf written as null),
 ``table`` (step, name, rows), ``histogram``, ``run_end`` (status). A file may hold several runs
@@ -16,11 +16,10 @@ import numpy as np
 import structlog
 
 from rlhooks.core.errors import RLHooksError
-from rlhooks.plugins.backends.jsonl import read_records
+from rlhooks.core.records import METRICS_FILE, read_records
 
 log = structlog.get_logger("rlhooks.report")
 
-METRICS_FILE = "metrics.jsonl"
 
 
 class ReportError(RLHooksError):

@@ -87,7 +87,7 @@ def test_learner_learns_only_from_groups_with_signal():
 
 def test_responses_are_real_text_scored_by_the_reward_functions(small_data, tmp_path):
     engine, rec = _run(small_config(tmp_path, run={"steps": 2}), small_data, tmp_path / "r")
-    gen, _ = engine.generate(3, engine.sample(3)[0])
+    gen = engine.driver.generation(3, engine).trajectories  # scored by core's driver, not the engine
     resp, target = gen["response"], gen["target"]
     # components are what the functions give on the text, and the total is their sum
     np.testing.assert_allclose(gen["reward_fn/format_exact"], [format_exact(r, t) for r, t in zip(resp, target)])

@@ -15,6 +15,7 @@ pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="needs verl[verl-core
 from omegaconf import OmegaConf, open_dict  # noqa: E402
 from verl_shim_helpers import CPUTrainer, Recorder, StepSampler, make_tokenizer, write_dataset  # noqa: E402
 
+from rlhooks import hookimpl as rlhooks_hookimpl  # noqa: E402
 from rlhooks.engines.verl.main import compose_verl_config  # noqa: E402
 from verl.trainer.ppo.utils import Role  # noqa: E402
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn  # noqa: E402
@@ -286,3 +287,84 @@ def test_router_replay_r2_r3_conflict_is_verls_error(tmp_path, data_file, tokeni
     batch.batch["routed_experts"] = torch.zeros(batch.batch["responses"].shape, dtype=torch.long)
     with pytest.raises(ValueError, match="conflicting router replay configuration"):
         trainer._policy_log_probs(batch, {}, {})
+
+
+class RewardColumns:
+    """What on_rewards_computed and on_step_end see of the rlhooks reward functions."""
+
+    def __init__(self):
+        self.scored: list[dict] = []
+        self.trained: list[dict] = []
+
+    @staticmethod
+    def _columns(batch):
+        return {c: np.asarray(batch[c]).copy() for c in ("uid", "reward", "reward_fn/check_answer",
+                                                          "reward_fn/format_approx", "response", "target")}
+
+    @rlhooks_hookimpl
+    def on_rewards_computed(self, step, batch):
+        self.scored.append({**self._columns(batch), "functions": batch.meta["reward_functions"]})
+
+    @rlhooks_hookimpl
+    def on_step_end(self, step, batch, metrics):
+        self.trained.append({**self._columns(batch), "advantage": batch["advantage"].copy(), "metrics": dict(metrics)})
+
+
+def test_rlhooks_reward_functions_replace_verls_score_at_the_last_token(tmp_path, data_file, tokenizer):
+    from rlhooks.plugins.rewards.functions import check_answer, format_approx
+
+    seen = RewardColumns()
+    cfg = verl_config(data_file, tmp_path, 2, {"rewards": ["check_answer", {"name": "format_approx", "weight": 0.5}]})
+    dataset = RLHFDataset(data_files=cfg.data.train_files, tokenizer=tokenizer, config=cfg.data)
+    trainer = CPUTrainer(
+        config=cfg, tokenizer=tokenizer, role_worker_mapping={Role.ActorRollout: object},
+        resource_pool_manager=None, train_dataset=dataset, val_dataset=dataset, collate_fn=collate_fn,
+        rlhooks_plugins=[("recorder", Recorder()), ("rewards", seen)],
+    ).attach_standins()
+    trainer.fit()
+
+    assert len(seen.scored) == 2 and len(seen.trained) == 2
+    for cols in seen.scored:
+        assert cols["functions"] == ("check_answer", "format_approx")
+        exact = np.array([check_answer(r, t) for r, t in zip(cols["response"], cols["target"])])
+        approx = np.array([format_approx(r, t) for r, t in zip(cols["response"], cols["target"])])
+        np.testing.assert_allclose(cols["reward_fn/check_answer"], exact)
+        np.testing.assert_allclose(cols["reward_fn/format_approx"], approx)
+        np.testing.assert_allclose(cols["reward"], exact + 0.5 * approx)
+    # the trained batch is the collected one (same rows, same columns) plus the advantage
+    for scored, trained in zip(seen.scored, seen.trained):
+        for c in ("uid", "reward", "reward_fn/check_answer", "reward_fn/format_approx", "response"):
+            assert trained[c].tolist() == scored[c].tolist(), c
+        assert np.isfinite(trained["advantage"]).all()
+        assert not any(k.startswith("rewards/errors/") for k in trained["metrics"])  # no function failed
+    # in verl's tensors the total sits at each response's last valid token, as verl's reward managers put it
+    for dp, scored in zip(trainer.trained, seen.scored):
+        scores, mask = dp.batch["token_level_scores"], dp.batch["response_mask"]
+        last = mask.sum(-1) - 1
+        assert len(set(last.tolist())) > 1  # ragged responses: the last token is not one column
+        at_last = scores[np.arange(len(dp)), last]
+        assert float((scores.abs().sum(-1) - at_last.abs()).abs().max()) == 0.0  # nothing elsewhere
+        by_uid = dict(zip(scored["uid"].tolist(), scored["reward"].tolist()))
+        for u, r in zip(dp.non_tensor_batch["uid"].tolist(), at_last.tolist()):
+            assert r == pytest.approx(by_uid[u])
+
+
+def test_kl_in_reward_follows_the_rlhooks_reward_functions(tmp_path, data_file, tokenizer):
+    """use_kl_in_reward with rlhooks reward functions: the penalty applies to the rlhooks total that
+    place_rewards writes, not to verl's score it replaces."""
+    beta = 0.5
+    kl_keys = ("algorithm.use_kl_in_reward=true", f"algorithm.kl_ctrl.kl_coef={beta}", "algorithm.kl_ctrl.type=fixed")
+    seen = RewardColumns()
+    cfg = verl_config(data_file, tmp_path, 1, {"rewards": ["check_answer", {"name": "format_approx", "weight": 0.5}]},
+                      *kl_keys)
+    dataset = RLHFDataset(data_files=cfg.data.train_files, tokenizer=tokenizer, config=cfg.data)
+    trainer = CPUTrainer(
+        config=cfg, tokenizer=tokenizer, role_worker_mapping={Role.ActorRollout: object},
+        resource_pool_manager=None, train_dataset=dataset, val_dataset=dataset, collate_fn=collate_fn,
+        rlhooks_plugins=[("recorder", Recorder()), ("rewards", seen)],
+    ).attach_standins()
+    trainer.fit()
+    for dp, scored in zip(trainer.trained, seen.scored):
+        scores, mask = dp.batch["token_level_scores"], dp.batch["response_mask"].float()
+        np.testing.assert_allclose(scores.sum(-1).numpy(), scored["reward"], rtol=1e-6)
+        torch.testing.assert_close(dp.batch["token_level_rewards"], scores - beta * 0.1 * mask)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhooks.core.errors import RLHooksError
-from rlhooks.engines.sim.cli import _safe_name, _try_report, simulate_run
+from rlhooks.engines.sim.runs import safe_name, simulate_run, try_report
 from rlhooks.engines.sim.data import write_dataset
 from rlhooks.engines.sim.engine import load_sim_config, sim_options
 
@@ -45,7 +45,7 @@ def compare(
     seed = first.run.seed
     names: list[str] = []
     for c in configs:
-        base = _safe_name(Path(c).stem)
+        base = safe_name(Path(c).stem)
         name, i = base, 2
         while name in names:
             name, i = f"{base}-{i}", i + 1
@@ -56,7 +56,7 @@ def compare(
         summaries.append(simulate_run(c, run_overrides, data=data, progress=progress, report=False))
     result: dict[str, Any] = {"configs": [str(c) for c in configs], "data": str(data), "seed": seed, "runs": summaries}
     if report:
-        result["report"] = _try_report([Path(s["run_dir"]) for s in summaries], root / "report")
+        result["report"] = try_report([Path(s["run_dir"]) for s in summaries], root / "report")
     result["generation_chart"] = _try_generation_chart(summaries, root / "generated_vs_accuracy.png")
     (root / "comparison.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     (root / "comparison.md").write_text(format_comparison(result) + "\n")
@@ -102,7 +102,7 @@ def format_comparison(result: dict[str, Any]) -> str:
 
 def generation_curves(run_dir: str | Path) -> tuple[list[float], list[float]]:
     """(cumulative generated trajectories, mean accuracy) per step, from a run's metrics.jsonl."""
-    from rlhooks.plugins.backends.jsonl import read_records
+    from rlhooks.core.records import read_records
 
     xs, ys = [], []
     for _, rec in read_records(Path(run_dir) / "metrics.jsonl"):

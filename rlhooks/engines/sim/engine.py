@@ -2,12 +2,14 @@
 
 One step::
 
-    sample (sampler or uniform) -> on_batch_sampled -> generate n responses per prompt (learner)
-    -> score with the configured reward functions -> on_rewards_computed -> filters / accumulate
-    -> GRPO advantages on the trained rows -> learner update -> engine metrics -> on_step_end
-    -> log_metrics / log_table
+    [core StepDriver.collect: sample (sampler or uniform) -> on_batch_sampled -> generate n responses
+    per prompt (learner) -> reward functions -> on_rewards_computed -> filters / accumulate]
+    -> GRPO advantages on the trained rows -> learner update -> engine metrics
+    -> [core StepDriver.finish_step: on_step_end -> log_metrics / log_table]
 
-The engine is a ``core.driver.Rollout`` whose engine object is the trajectory Batch itself.
+The engine is a ``core.driver.Rollout`` whose engine objects are Batches: the prompt Batch until
+generation, then the trajectory Batch. Its own reward is the verifier's accuracy (``acc``), which
+configured reward functions replace (the driver scores them).
 """
 
 from __future__ import annotations
@@ -138,7 +140,6 @@ class SimEngine:
         self.generated_to_target: int | None = None
         self.steps_to_target: int | None = None
         self.last_metrics: dict[str, float] = {}
-        self._reward_errors: dict[str, float] = {}
         self._gen_s = 0.0
         self._source_obj = np.asarray(data.source_names, dtype=object)
         comp = data.columns.complexity
@@ -216,6 +217,9 @@ class SimEngine:
         )
         return batch, batch
 
+    def select_prompts(self, payload: Batch, rows: np.ndarray) -> Batch:
+        return payload.select(rows)
+
     def generate(self, step: int, payload: Batch) -> tuple[Batch, Batch]:
         t0 = time.perf_counter()
         idx = payload["index"]
@@ -235,16 +239,7 @@ class SimEngine:
             "data_source": self._source_obj[src],
             "complexity": self._complexity[rows],
         }
-        rewards = self.manager.rewards
-        if rewards:
-            scored = rewards.score(response, target)
-            cols["reward"] = scored.total
-            for name, values in scored.components.items():
-                cols[f"reward_fn/{name}"] = values
-            for k, v in scored.metrics().items():
-                self._reward_errors[k] = self._reward_errors.get(k, 0.0) + v
-        else:  # no reward functions configured: the verifier's accuracy is the reward
-            cols["reward"] = acc.copy()
+        cols["reward"] = acc.copy()  # the engine's own reward; configured reward functions replace it
         cols["acc"] = acc
         cols["response_length"] = np.fromiter(map(len, response.tolist()), np.int64, len(response)) // 4 + 1
         cols["prompt_length"] = self._prompt_len[rows]
@@ -254,20 +249,20 @@ class SimEngine:
         batch = Batch(
             cols,
             lazy={"prompt": lambda: prompts[rows]},
-            meta={"n": self.n, "reward_functions": rewards.names, "reward_extra_keys": ["acc"]},
+            meta={"n": self.n, "reward_functions": (), "reward_extra_keys": ["acc"]},
         )
         self.generated_trajectories += len(rows)
         self._gen_s += time.perf_counter() - t0
         return batch, batch
+
+    def place_rewards(self, payload: Batch, reward: np.ndarray) -> Batch:
+        return payload.with_columns(reward=reward)
 
     def select(self, payload: Batch, rows: np.ndarray) -> Batch:
         return payload.select(rows)
 
     def concat(self, payloads: list[Batch]) -> Batch:
         return Batch.concat(payloads)
-
-    def select_prompts(self, payload: Batch, rows: np.ndarray) -> Batch:
-        return payload.select(rows)
 
     def _wrong_answers(self, rows: np.ndarray) -> np.ndarray:
         """A plausible wrong answer per row: a near miss for numbers, another item's answer otherwise."""
@@ -296,8 +291,6 @@ class SimEngine:
             self.trained_trajectories += len(batch)
         metrics.update(learn)
         metrics.update(self._engine_metrics(batch, learn))
-        metrics.update(self._reward_errors)
-        self._reward_errors = {}
         metrics["timing/gen_s"] = self._gen_s
         metrics["timing/step_s"] = time.perf_counter() - t0
         merged = self.driver.finish_step(step, batch, metrics)

@@ -127,6 +127,16 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().float().cpu().numpy()
 
 
+def sequence_sum(token_values: torch.Tensor) -> np.ndarray:
+    """Per-row sum of token values (a sequence reward from token-level scores or rewards)."""
+    return _np(token_values.sum(-1))
+
+
+def sequence_mean(token_values: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
+    """Per-row mean over the response mask (a sequence advantage from token advantages)."""
+    return _np((token_values * mask).sum(-1) / mask.sum(-1).clamp(min=1))
+
+
 def _indices(data: DataProto) -> np.ndarray:
     nt = data.non_tensor_batch
     if ROW_KEY in nt:
@@ -223,10 +233,10 @@ def trajectory_batch(data: DataProto, tokenizer: Any = None, meta: Mapping[str, 
     mask = t["response_mask"] if "response_mask" in keys else None
     if "token_level_rewards" in keys:
         rewards = t["token_level_rewards"]
-        lazy[cols.FINAL_REWARD] = lambda: _np(rewards.sum(-1))
+        lazy[cols.FINAL_REWARD] = lambda: sequence_sum(rewards)
     if "advantages" in keys and mask is not None:
         adv, m = t["advantages"], mask
-        lazy[cols.ADVANTAGE] = lambda: _np((adv * m).sum(-1) / m.sum(-1).clamp(min=1))
+        lazy[cols.ADVANTAGE] = lambda: sequence_mean(adv, m)
     if mask is not None:
         lazy[cols.RESPONSE_LENGTH] = lambda: mask.sum(-1).cpu().numpy().astype(np.int64)
     if "attention_mask" in keys and "responses" in keys:

@@ -4,7 +4,9 @@ One step of ``fit()``::
 
     collect (rlhooks.core.StepDriver, over a VerlRollout):
         sampler -> DataProto -> on_batch_sampled
-        -> generation + reward (verl's rollout manager / reward loop) -> on_rewards_computed
+        -> generation + verl's reward (rollout manager / reward loop)
+        -> rlhooks reward functions, when configured (the driver scores; the total goes into
+           token_level_scores) -> on_rewards_computed
         -> filters -> accumulate generation batches until train_batch_size groups -> trim
     train (verl):   balance -> old log-probs -> ref -> values -> advantages -> critic/actor update
                     -> checkpoint -> weight sync
@@ -36,7 +38,8 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from rlhooks.core.batch import REWARD_FN_PREFIX, Batch
+from rlhooks.core import batch as cols
+from rlhooks.core.batch import Batch
 from rlhooks.core.driver import StepDriver
 from rlhooks.core.errors import ConfigError, ConfigIssue
 from rlhooks.core.manager import RunManager
@@ -74,8 +77,14 @@ class DataExhausted(Exception):
     """The dataloader ran out of epochs in the middle of collecting a step."""
 
 
+#: non-tensor key numbering a step's collected trajectory rows, to find them again after
+#: verl's balance_batch has reordered the trained DataProto
+TRAJ_KEY = "rlhooks_traj"
+
+
 class VerlRollout:
-    """The core driver's view of verl: draw, generate + score, select and concat DataProtos."""
+    """The core driver's view of verl: draw, generate (verl's reward included), place rlhooks
+    rewards, select and concat DataProtos."""
 
     def __init__(self, trainer: RLHooksRayPPOTrainer, timing_raw: dict[str, float]):
         self.trainer = trainer
@@ -84,17 +93,35 @@ class VerlRollout:
     def sample(self, step: int) -> tuple[DataProto, Batch]:
         return self.trainer._sample_prompts(step)
 
+    def select_prompts(self, payload: DataProto, rows: np.ndarray) -> DataProto:
+        return adapter.select_rows(payload, rows)
+
     def generate(self, step: int, payload: DataProto) -> tuple[DataProto, Batch]:
-        return self.trainer._generate_and_score(step, payload, self.timing_raw)
+        return self.trainer._generate(step, payload, self.timing_raw)
+
+    def place_rewards(self, payload: DataProto, reward: np.ndarray) -> DataProto:
+        """The total at each response's last valid token, as verl's reward managers place theirs.
+
+        Written in place: token_level_rewards (without a KL penalty) is the same tensor, and the
+        trajectory Batch's lazy final_reward reads it.
+        """
+        scores = payload.batch["token_level_scores"]
+        last = (payload.batch["response_mask"].sum(-1).long() - 1).clamp(min=0)
+        placed = torch.zeros_like(scores)
+        placed[torch.arange(len(payload)), last] = torch.as_tensor(reward, dtype=scores.dtype)
+        final = payload.batch["token_level_rewards"] if "token_level_rewards" in payload.batch.keys() else None
+        if final is not None and final is not scores:
+            # an in-reward KL penalty was already applied (_final_rewards): rewards = scores - beta * kl
+            # is linear in the scores, so shifting by the change of scores keeps the same penalty
+            final.add_(placed - scores)
+        scores.copy_(placed)
+        return payload
 
     def select(self, payload: DataProto, rows: np.ndarray) -> DataProto:
         return adapter.select_rows(payload, rows)
 
     def concat(self, payloads: list[DataProto]) -> DataProto:
         return adapter.concat(payloads)
-
-    def select_prompts(self, payload: DataProto, rows: np.ndarray) -> DataProto:
-        return adapter.select_rows(payload, rows)
 
     @property
     def prompt_multiple(self) -> int:
@@ -122,7 +149,6 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
             )], "verl config")
         self._epoch = 0
         self._batches: Iterator[dict[str, Any]] | None = None
-        self._reward_metrics: dict[str, float] = {}
         #: (rows, metrics) of each generation batch whose log-probs were computed before filtering
         self._generation_metrics: list[tuple[int, dict[str, Any]]] = []
         super().__init__(*args, **kwargs)  # calls _create_dataloader, which builds the rlhooks run
@@ -199,7 +225,6 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 is_last_step = step >= self.total_training_steps
                 metrics: dict[str, Any] = {}
                 timing_raw: dict[str, float] = {}
-                self._reward_metrics = {}
                 self._generation_metrics = []
                 with marked_timer("start_profile", timing_raw):
                     continuous = self.config.global_profiler.profile_continuous_steps
@@ -218,6 +243,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                     batch = collected.payload
                     # 2. verl: old log-probs, ref, values, advantages, critic/actor update, checkpoint
                     if batch is not None:
+                        batch.non_tensor_batch[TRAJ_KEY] = np.arange(len(batch))
                         batch = self._train_on(batch, metrics, timing_raw, is_last_step)
                     else:
                         log.warning("no group survived the filters this step; nothing to train on", step=step)
@@ -239,15 +265,14 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
 
                 self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
                 metrics.update(collected.metrics)
-                metrics.update(self._reward_metrics)
                 metrics.update(_row_weighted_mean(self._generation_metrics))
                 if batch is not None:
                     metrics.update(self._verl_step_metrics(batch, timing_raw))
                 metrics.update({"training/global_step": step, "training/epoch": self._epoch})
 
                 # 3. rlhooks: on_step_end -> merged metrics to rlhooks backends (+ tables); verl logs the same
-                trained = adapter.trajectory_batch(batch, self.tokenizer) if batch is not None else collected.batch
-                merged = self.driver.finish_step(step, trained.with_meta(step=step), metrics)
+                trained = _trained_batch(collected.batch, batch) if batch is not None else collected.batch
+                merged = self.driver.finish_step(step, trained, metrics)
                 logger.log(data=merged, step=step)
 
                 progress_bar.update(1)
@@ -285,7 +310,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
         return batch, adapter.prompt_batch(batch)
 
-    def _generate_and_score(self, step: int, batch: DataProto, timing_raw: dict[str, float]) -> tuple[DataProto, Batch]:
+    def _generate(self, step: int, batch: DataProto, timing_raw: dict[str, float]) -> tuple[DataProto, Batch]:
         """verl's generation and reward for one generation batch; rows become trajectories."""
         rows = batch.non_tensor_batch.pop(adapter.ROW_KEY, None)  # not a generation input
         gen_batch = self._get_gen_batch(batch)
@@ -311,11 +336,10 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
             if self.use_rm and "rm_scores" not in batch.batch.keys():
                 batch = batch.union(self._compute_reward_colocate(batch))
             reward_tensor, extras = extract_reward(batch)
+            if self.rl.rewards:  # place_rewards overwrites it in place; rm_scores may be the same tensor
+                reward_tensor = reward_tensor.float().clone()
             batch.batch["token_level_scores"] = reward_tensor
             batch.non_tensor_batch.update({k: np.asarray(v) for k, v in extras.items()})
-            if self.rl.rewards:
-                for k, v in self._rlhooks_rewards(batch).items():  # error counts add up over the step
-                    self._reward_metrics[k] = self._reward_metrics.get(k, 0.0) + v
         batch = self._final_rewards(batch, timing_raw)
         return batch, adapter.trajectory_batch(batch, self.tokenizer)
 
@@ -338,23 +362,6 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         metrics.update(kl_metrics)
         self._generation_metrics.append((len(batch), metrics))
         return batch
-
-    def _rlhooks_rewards(self, batch: DataProto) -> dict[str, float]:
-        """The configured rlhooks reward functions replace verl's score (on the driver).
-
-        The weighted total goes at each response's last valid token, as verl's reward managers
-        place theirs; each function's score becomes a ``reward_fn/<name>`` column.
-        """
-        view = adapter.trajectory_batch(batch, self.tokenizer)
-        result = self.rl.rewards.score(view["response"], view["target"].astype(str))
-        mask = batch.batch["response_mask"]
-        last = (mask.sum(-1).long() - 1).clamp(min=0)
-        scores = torch.zeros_like(batch.batch["token_level_scores"], dtype=torch.float32)
-        scores[torch.arange(len(batch)), last] = torch.as_tensor(result.total, dtype=torch.float32)
-        batch.batch["token_level_scores"] = scores
-        for name, values in result.components.items():
-            batch.non_tensor_batch[REWARD_FN_PREFIX + name] = values
-        return result.metrics()
 
     # -- 2. training on the collected batch, as verl 0.9.1's fit() does ----------------------------
     def _train_on(self, batch: DataProto, metrics: dict, timing_raw: dict, is_last_step: bool) -> DataProto:
@@ -514,6 +521,25 @@ def _row_weighted_mean(parts: list[tuple[int, dict[str, Any]]]) -> dict[str, flo
         for k, v in metrics.items():
             out[k] = out.get(k, 0.0) + float(v) * rows / max(total, 1)
     return out
+
+
+def _trained_batch(collected: Batch, trained: DataProto) -> Batch:
+    """The collected Batch (rows in collection order) plus the columns known only after
+    training: ``advantage`` and ``final_reward`` (after a KL penalty), read from the trained
+    DataProto, whose rows verl's balance_batch may have reordered."""
+    order = np.asarray(trained.non_tensor_batch[TRAJ_KEY], dtype=np.int64)
+    t = trained.batch
+    after: dict[str, np.ndarray] = {}
+    if "advantages" in t.keys():
+        after[cols.ADVANTAGE] = adapter.sequence_mean(t["advantages"], t["response_mask"])
+    if "token_level_rewards" in t.keys():
+        after[cols.FINAL_REWARD] = adapter.sequence_sum(t["token_level_rewards"])
+    columns = {}
+    for name, values in after.items():
+        in_collected_order = np.empty(len(order), dtype=np.float64)
+        in_collected_order[order] = values
+        columns[name] = in_collected_order
+    return collected.with_columns(**columns)
 
 
 def _accumulate_timing(timing_raw: dict[str, float], new: dict[str, float]) -> None:

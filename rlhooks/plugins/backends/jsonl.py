@@ -1,30 +1,15 @@
 """JsonlBackend: one JSON object per line, for offline analysis and ``rlhooks report``.
 
-Records (``kind`` says which)::
-
-    {"kind": "run_start", "time": 1700000000.1, "name": "demo", "run_dir": "...", "config": {...}}
-    {"kind": "metrics", "step": 3, "time": ..., "metrics": {"rewards/mean": 0.5, "x": null},
-     "nonfinite": {"x": "nan"}}                       # "nonfinite" only when some value was NaN/inf
-    {"kind": "table", "step": 3, "time": ..., "name": "samples/top_bottom_k", "rows": [{...}, ...]}
-    {"kind": "histogram", "step": 3, "time": ..., "name": "rewards/distribution", "values": [...]}
-    {"kind": "histogram", ..., "summary": {"count": ..., "mean": ..., "std": ..., "min": ..., "p5": ...}}
-    {"kind": "run_end", "time": ..., "status": "success"}
-
-JSON has no NaN or infinity: such floats are written as ``null`` (metrics also list them under
-``nonfinite`` as "nan", "inf" or "-inf"). Every line is written with one ``write`` on a file
-opened for appending and unbuffered, so a reader sees whole lines; a reader running at the same
-time should ignore a last line that does not end in a newline yet. Several runs (a resume) append
-to the same file, each starting with its own ``run_start`` record. ``time`` is Unix seconds.
+The record format (and ``read_records`` to read it back) is core's: see ``rlhooks.core.records``.
+Every line is written with one ``write`` on a file opened for appending and unbuffered.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,40 +18,14 @@ import numpy as np
 import structlog
 
 from rlhooks import hookimpl
+from rlhooks.core.records import METRICS_FILE, encode_record, nonfinite_name
+from rlhooks.core.records import read_records as read_records  # moved to core; still importable here
 from rlhooks.plugins.backends._common import DispatchOptions, json_safe, to_number
 
 log = structlog.get_logger("rlhooks.backends")
 
-DEFAULT_FILE = "metrics.jsonl"
+DEFAULT_FILE = METRICS_FILE
 _PCTS = (5, 25, 50, 75, 95)
-#: characters str.splitlines() (and some JSON-lines readers) treat as line ends that json.dumps
-#: leaves raw with ensure_ascii=False; written escaped so one record is always one line
-_LINE_SEPARATORS = re.compile("[\x85\u2028\u2029]")
-
-
-def read_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
-    """``(line number, record)`` for each complete line of a file this backend wrote.
-
-    The text after the last newline is a line still being written and is not returned. A line
-    that is not a JSON object gives ``None`` as its record, so each caller picks its own policy
-    (the analyzer refuses the file, the report skips the line). Blank lines are skipped.
-    """
-    with Path(path).open("r", encoding="utf-8") as fh:
-        lines = fh.read().split("\n")
-    if lines[-1].strip():
-        log.debug("ignoring an unfinished last line (run still writing?)", file=str(path), line=len(lines))
-    for lineno, line in enumerate(lines[:-1], 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            rec = None
-        yield lineno, rec if isinstance(rec, dict) else None
-
-
-def _nonfinite_name(v: float) -> str:
-    return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
 
 
 class JsonlBackend:
@@ -100,11 +59,7 @@ class JsonlBackend:
     def _write(self, record: dict[str, Any]) -> None:
         if self._fd is None:
             self._open(None)
-        text = json.dumps(record, ensure_ascii=False, allow_nan=False)
-        if _LINE_SEPARATORS.search(text):  # only inside strings, so the escape keeps the value
-            text = _LINE_SEPARATORS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-        data = (text + "\n").encode("utf-8")
-        view = memoryview(data)
+        view = memoryview(encode_record(record))
         while view:
             n = os.write(self._fd, view)  # type: ignore[arg-type]
             view = view[n:]
@@ -126,7 +81,7 @@ class JsonlBackend:
         for k, v in metrics.items():
             num = to_number(v)
             if isinstance(num, float) and not math.isfinite(num):
-                nonfinite[k] = _nonfinite_name(num)
+                nonfinite[k] = nonfinite_name(num)
                 num = None
             clean[k] = num
         record: dict[str, Any] = {"kind": "metrics", "step": int(step), "time": time.time(), "metrics": clean}

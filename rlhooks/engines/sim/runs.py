@@ -1,0 +1,170 @@
+"""A simulated run from a config to its summary: the run directory, the run, the summary and report.
+
+Used by ``rlhooks simulate`` (cli.py) and ``--compare`` (compare.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from rlhooks.core.config import Config
+from rlhooks.core.errors import RLHooksError
+from rlhooks.core.metrics import split_source_key
+from rlhooks.engines.sim.engine import SimEngine, load_sim_config, prepare_data, sim_options
+
+log = structlog.get_logger("rlhooks.sim")
+
+#: marks a run directory made by ``rlhooks simulate`` (only such directories are replaced on a rerun)
+MARKER = ".rlhooks-simulate"
+
+
+def default_config_path() -> Path:
+    return Path(str(resources.files("rlhooks.engines.sim") / "default.yaml"))
+
+
+def fresh_run_dir(config: Config) -> Path:
+    """``<out_dir>/<name>``, emptied when an earlier ``rlhooks simulate`` made it."""
+    run_dir = Path(config.run.out_dir) / config.run.name
+    if run_dir.exists() and any(run_dir.iterdir()):
+        if not (run_dir / MARKER).exists():
+            raise RLHooksError(
+                f"run directory {run_dir} exists and was not made by 'rlhooks simulate'; choose another "
+                f"--out or --set run.name=... (rlhooks never deletes a directory it did not create)"
+            )
+        log.info("replacing the earlier simulated run", run_dir=str(run_dir))
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / MARKER).write_text("made by rlhooks simulate; rerunning the same name replaces this directory\n")
+    return run_dir
+
+
+def simulate_run(
+    source: str | Path | None,
+    overrides: Sequence[str] = (),
+    *,
+    data: str | Path | None = None,
+    progress: bool = False,
+    report: bool = True,
+) -> dict[str, Any]:
+    """One simulated run from a config file (None: the embedded default); returns its summary."""
+    config = load_sim_config(source if source is not None else default_config_path(), overrides=list(overrides))
+    run_dir = fresh_run_dir(config)
+    (run_dir / "config.yaml").write_text(config.to_yaml())
+    dataset = prepare_data(sim_options(config), run_dir, data)
+    engine = SimEngine(config, dataset, run_dir=run_dir)
+    t0 = time.perf_counter()
+    engine.run(progress=progress)
+    elapsed = time.perf_counter() - t0
+    summary = build_summary(engine, elapsed, run_dir)
+    if report:
+        summary["report"] = try_report([run_dir], run_dir / "report")
+    summary["files"] = sorted({*summary["files"], "summary.json", *(["report/"] if summary.get("report") else [])})
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return summary
+
+
+def try_report(run_dirs: list[Path], out: Path) -> str | None:
+    try:
+        from rlhooks.report import write_report
+    except ImportError as exc:  # matplotlib is the optional 'report' extra
+        log.warning("no report: matplotlib is not installed (pip install 'rlhooks[report]')", error=str(exc))
+        return None
+    return str(write_report(run_dirs, out))
+
+
+def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str, Any]:
+    m = engine.last_metrics
+    acc = engine.accuracy()
+    per_source: dict[str, dict[str, Any]] = {}  # source/<name>/<metric> of the last step; names may hold '/'
+    for key, value in m.items():
+        split = split_source_key(key)
+        if split is not None:
+            per_source.setdefault(split[0], {})[split[1]] = value
+    sources = {}
+    for s, name in enumerate(engine.data.source_names):
+        sources[name] = {
+            "accuracy": acc.get(name),
+            "skill": engine.skill(s),
+            "steps_to_target": engine.reached.get(name),
+            "last_step": per_source.get(name, {}),
+        }
+    curriculum = {k.split("/", 1)[1]: v for k, v in m.items() if k.startswith("curriculum/")}
+    filt = {k: v for k, v in m.items() if k.startswith("filter/")}
+    generated = engine.generated_trajectories
+    trained = engine.trained_trajectories
+    alerts = {k.split("/", 1)[1]: v for k, v in m.items() if k.startswith("alerts/")}
+    return {
+        "name": engine.config.run.name,
+        "run_dir": str(run_dir),
+        "steps": engine.step,
+        "seed": engine.config.run.seed,
+        "seconds": round(elapsed, 2),
+        "target_accuracy": engine.options.target_accuracy,
+        "sources": sources,
+        "mean_accuracy": float(sum(a for a in acc.values()) / len(acc)) if acc else None,
+        # the mean accuracy's first step at the target, and the trajectories generated until then
+        "steps_to_target": engine.steps_to_target,
+        "generated_to_target": engine.generated_to_target,
+        "curriculum": curriculum,
+        "sampler_weights": {k[len("sampler/weight/"):]: v for k, v in m.items() if k.startswith("sampler/weight/")},
+        "filter": filt,
+        "generated_trajectories": generated,
+        "trained_trajectories": trained,
+        "filter_efficiency": trained / generated if generated else None,
+        "alerts": alerts,
+        "alert_details": engine.alert_details(),
+        "files": sorted(p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir() if p.name != MARKER),
+    }
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    lines = [f"rlhooks simulate: {s['name']}: {s['steps']} steps in {s['seconds']:.1f} s (seed {s['seed']})"]
+    target = s["target_accuracy"]
+    width = max([14, *(len(n) for n in s["sources"])])  # whole names (verl's are like openai/gsm8k)
+    lines.append(f"  {'source':<{width}} {'accuracy':>8} {'skill':>6} {f'steps to {target:.2f}':>15}")
+    for name, v in s["sources"].items():
+        acc = "-" if v["accuracy"] is None else f"{v['accuracy']:.3f}"
+        reached = "not reached" if v["steps_to_target"] is None else str(v["steps_to_target"])
+        lines.append(f"  {name:<{width}} {acc:>8} {v['skill']:>6.3f} {reached:>15}")
+    cur = s["curriculum"]
+    if cur:
+        parts = [f"level {cur['level']:g}" if "level" in cur else None,
+                 f"percentile {cur['percentile']:g}%" if "percentile" in cur else None,
+                 f"{cur['num_items']:,.0f} items unlocked" if "num_items" in cur else None]
+        lines.append("  curriculum: " + ", ".join(p for p in parts if p))
+    if s["sampler_weights"]:
+        lines.append("  sampler weights: " + ", ".join(f"{k} {v:.2f}" for k, v in s["sampler_weights"].items()))
+    eff = s["filter_efficiency"]
+    line = f"  trajectories: {s['generated_trajectories']:,} generated, {s['trained_trajectories']:,} trained"
+    if eff is not None:
+        line += f" (filter efficiency {eff:.0%})"
+    if s.get("generated_to_target") is not None:
+        line += f"; {s['generated_to_target']:,} generated until the mean accuracy reached {target:.2f} (step {s['steps_to_target']})"
+    lines.append(line)
+    if "kept_ratio" in {k.split("/", 1)[1] for k in s["filter"]}:
+        lines.append(f"  last step: filter kept {s['filter']['filter/kept_ratio']:.0%} of generated groups")
+    alerts = s["alert_details"]
+    if alerts is not None:
+        total = alerts.get("total", 0)
+        by = alerts.get("by_metric", {})
+        detail = "; ".join(f"{k} x{v['count']} (steps {v['first_step']}-{v['last_step']})" for k, v in list(by.items())[:4])
+        lines.append(f"  alerts: {total}" + (f" - {detail}" if detail else ""))
+    elif "total" in s["alerts"]:
+        lines.append(f"  alerts: {s['alerts']['total']:g}")
+    lines.append(f"  output: {s['run_dir']}/  " + "  ".join(s["files"]))
+    if s.get("report"):
+        lines.append(f"  report: {s['report']}")
+    return "\n".join(lines)
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
