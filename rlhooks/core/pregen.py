@@ -49,7 +49,7 @@ def adaptive_size(configured: int, needed_groups: int, kept_groups: int, generat
     want = max(min(want, configured), int(np.ceil(configured / 6)), 1)
     multiple = max(int(multiple), 1)
     want = int(np.ceil(want / multiple) * multiple)
-    return want if want <= configured else configured
+    return min(want, configured)
 
 
 class PromptStage:

@@ -410,7 +410,7 @@ class PromptFilterContract(ComponentContract):
 
     def test_prompt_filter_returns_a_mask(self, plugin: Any, prompt_filter_batch: BatchFactory) -> None:
         for seed in range(4):
-            self._select(plugin, lambda: prompt_filter_batch(32, seed=seed))
+            self._select(plugin, lambda seed=seed: prompt_filter_batch(32, seed=seed))
 
     def test_prompt_filter_empty_batch(self, plugin: Any, prompt_filter_batch: BatchFactory) -> None:
         self._select(plugin, lambda: prompt_filter_batch(0))

@@ -110,7 +110,7 @@ def test_ucb_prefers_the_source_with_larger_advantages_and_explores_the_unseen()
 def test_learnability_resume_with_a_shared_state_is_exact():
     """Run, save sampler + learning state, restore both in fresh objects, continue == uninterrupted."""
     data = dataset()
-    p = lambda r: 1.0 if r < 150 else (0.0 if r < 200 else 0.6)  # noqa: E731
+    p = lambda r: 1.0 if r < 150 else (0.0 if r < 200 else 0.6)
 
     def build():
         learning = LearningState(len(data), source_codes=data.source_codes, source_names=data.source_names)

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from rlhooks import FilterDecision, hookimpl
 from rlhooks.core.manager import LEARNING_KEY, Registered, RunManager
@@ -126,8 +125,8 @@ def test_resume_with_the_ucb_sampler_equals_uninterrupted(small_data, tmp_path):
     cfg = small_config(tmp_path, filters=["dapo"], sampler={"name": "dump_ucb", "window": 50}, run={"steps": 8})
     _, full = run(cfg, small_data, tmp_path / "full")
     first, part1 = run(cfg, small_data, tmp_path / "p1", steps=4)
-    resumed, part2 = run(cfg, small_data, tmp_path / "p2", state=json.loads(json.dumps(first.state_dict())))
-    strip = lambda m: {k: v for k, v in m.items() if not k.startswith("timing/")}  # noqa: E731
+    _, part2 = run(cfg, small_data, tmp_path / "p2", state=json.loads(json.dumps(first.state_dict())))
+    strip = lambda m: {k: v for k, v in m.items() if not k.startswith("timing/")}
     assert {s: strip(m) for s, m in {**part1.metrics, **part2.metrics}.items()} == {s: strip(m) for s, m in full.metrics.items()}
 
 
@@ -143,4 +142,6 @@ def test_compare_selective_generates_less_to_reach_the_target(tmp_path):
     assert selective["mean_accuracy"] >= dapo["mean_accuracy"] - 0.01
     table = (tmp_path / "compare" / "comparison.md").read_text()
     assert "generated to 0.60: mean" in table
+    chart = Path(result["generation_chart"])
+    assert chart.name == "generated_vs_accuracy.png" and chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "compare" / "comparison.json").read_text())["runs"][1]["generated_to_target"] == selective["generated_to_target"]

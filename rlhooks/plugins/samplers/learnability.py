@@ -37,7 +37,12 @@ from rlhooks import Batch, hookimpl
 from rlhooks.core.batch import ADVANTAGE, DATA_SOURCE, REWARD, factorize
 from rlhooks.core.learning import UNSEEN_LEARNABILITY, LearningState
 from rlhooks.plugins.samplers._draw import _mix, clamp_ratio, stratum_id
-from rlhooks.plugins.samplers.multi_source import MultiSourceOptions, MultiSourceSampler, _positive_int, _ratio
+from rlhooks.plugins.samplers.multi_source import (
+    MultiSourceOptions,
+    MultiSourceSampler,
+    _positive_int,
+    _ratio,
+)
 
 _ACCEPT_SALT = 0xACCE
 #: candidate chunks tried per source and batch before filling with rejected candidates
