@@ -368,3 +368,21 @@ def test_kl_in_reward_follows_the_rlhooks_reward_functions(tmp_path, data_file, 
         scores, mask = dp.batch["token_level_scores"], dp.batch["response_mask"].float()
         np.testing.assert_allclose(scores.sum(-1).numpy(), scored["reward"], rtol=1e-6)
         torch.testing.assert_close(dp.batch["token_level_rewards"], scores - beta * 0.1 * mask)
+
+
+def test_adaptive_generation_batches_stay_divisible_for_the_rollout_workers(tmp_path, data_file, tokenizer):
+    """run.gen_batch_sizing: adaptive cuts a step's later generation batches to what is missing,
+    in multiples of world_size / gcd(world_size, n) prompts (8 workers, n=4: even sizes)."""
+    rec = Recorder()
+    cfg = verl_config(data_file, tmp_path, 3, {**DAPO, "run": {"out_dir": str(tmp_path / "runs"),
+                                                               "gen_batch_sizing": "adaptive"}}, gen_bs=10)
+    trainer = make_trainer(cfg, tokenizer, rec)
+    trainer.actor_rollout_wg.world_size = 8
+    trainer.fit()
+    by_step: dict[int, list[int]] = {}
+    for e in rec.of("on_batch_sampled"):
+        by_step.setdefault(e[1], []).append(len(e[3]))
+    assert all(sizes[0] == 10 for sizes in by_step.values())
+    later = [s for sizes in by_step.values() for s in sizes[1:]]
+    assert later and all(s % 2 == 0 and s < 10 for s in later), by_step
+    assert [len(b) for b in trainer.trained] == [TRAIN_BS * N] * 3
