@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine (see README):
 #   make demo   -- creates .venv/, installs rlhooks, runs the simulated training run
 #   make test   -- creates .venv/, installs rlhooks with test + verl extras, runs the test suite
+#                  (the long checks marked slow are `make test-slow`)
 # Both reuse .venv/ when it is up to date with pyproject.toml.
 
 PYTHON ?= python3
@@ -10,7 +11,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 # Installed first, on its own: an unpinned torch (pulled in by verl) would bring CUDA packages.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test bench bench-quick setup setup-test clean
+.PHONY: demo test test-slow bench bench-quick setup setup-test clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +33,10 @@ demo: setup
 
 test: setup-test
 	$(PY) -m pytest
+
+# the long checks left out of `make test` (20,000-step soak, end-to-end CLI runs); CI runs them
+test-slow: setup-test
+	$(PY) -m pytest -m slow
 
 bench: setup-test
 	$(PY) -m benchmarks.run_all

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 import rlhooks
+import rlhooks.host
 from benchmarks import harness
 from rlhooks import Batch
 from rlhooks.plugins.backends.console import ConsoleBackend
@@ -118,10 +119,10 @@ def bench_training_thread(quick: bool, tmp: Path) -> list[harness.Result]:
     backends: list[Any] = [{"name": "console", "max_keys": 8, "tables": True}, "jsonl", "tensorboard"]
     if not quick:
         backends.append({"name": "wandb", **wandb_opts})
-    cfg = rlhooks.load_config({"run": {"name": "bench"}, "backends": backends})
+    cfg = rlhooks.host.load_config({"run": {"name": "bench"}, "backends": backends})
     per_step = []
     with contextlib.redirect_stdout(devnull):
-        m = rlhooks.RunManager(cfg, run_dir=tmp / "dispatched")
+        m = rlhooks.host.RunManager(cfg, run_dir=tmp / "dispatched")
         with m.running():
             if not quick:
                 time.sleep(0.5)  # let wandb start on its thread; the training thread never waits for it

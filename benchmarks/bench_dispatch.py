@@ -9,7 +9,8 @@ import numpy as np
 import pluggy
 
 from benchmarks.harness import Result, markdown_table, median_time, peak_memory
-from rlhooks import Batch, RunManager, hookimpl, load_config
+from rlhooks import Batch, hookimpl
+from rlhooks.host import RunManager, load_config
 from rlhooks.core import hookspecs
 
 
@@ -45,7 +46,7 @@ def dispatch_case(tmp: str, quick: bool) -> Result:
 def full_step_case(tmp: str, quick: bool) -> Result:
     """Every hook of one step with every built-in observer/steering plugin on, no backend I/O:
     on_batch_sampled, on_rewards_computed, the DAPO filter, on_step_end, log_metrics, the tables."""
-    from rlhooks import StepDriver
+    from rlhooks.host import StepDriver
     from rlhooks.testing.factories import make_dataset, make_prompt_batch, make_trajectory_batch
 
     prompts, n = (128, 8) if quick else (512, 8)

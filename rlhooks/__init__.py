@@ -1,18 +1,46 @@
 """rlhooks: a plugin framework for RL post-training of language models on verl.
 
-Plugins import what they need from here only::
+This module is the plugin author's API, and the only rlhooks module a plugin needs::
 
-    from rlhooks import hookimpl, Batch
+    from rlhooks import hookimpl, Batch, REWARD, DATA_SOURCE, FilterDecision, positive
+
+Hosts and engines (the code that builds and drives a run) use ``rlhooks.host``. Importing
+``rlhooks`` is light: it imports neither torch nor any backend library (``Sampler``, a torch
+``Sampler`` subclass, is resolved on first access).
 """
 
-from rlhooks.core.batch import Batch, GroupIndex, RowLazy
-from rlhooks.core.components import FilterDecision, NoOptions, RewardFunction, Sampler
-from rlhooks.core.config import Config, ComponentConfig, RunOptions, load_config
-from rlhooks.core.data import DatasetColumns
-from rlhooks.core.driver import GroupAccumulator, Rollout, StepDriver
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from rlhooks.core.batch import (
+    ADVANTAGE,
+    COMPLEXITY,
+    DATA_SOURCE,
+    FINAL_REWARD,
+    INDEX,
+    PROMPT,
+    PROMPT_LENGTH,
+    RESPONSE,
+    RESPONSE_LENGTH,
+    REWARD,
+    REWARD_FN_PREFIX,
+    TARGET,
+    UID,
+    Batch,
+    BatchError,
+    GroupIndex,
+    RowLazy,
+    factorize,
+    run_starts,
+)
+from rlhooks.core.components import FilterDecision, NoOptions, RewardFunction
+from rlhooks.core.data import DataError, DatasetColumns
 from rlhooks.core.errors import (
     BrokenPluginError,
     ConfigError,
+    ConfigIssue,
     DuplicateComponentError,
     GenerationLimitError,
     PluginError,
@@ -20,19 +48,65 @@ from rlhooks.core.errors import (
     RLHooksError,
     UnknownComponentError,
 )
-from rlhooks.core.hookspecs import hookimpl, hookspec
+from rlhooks.core.hookspecs import hookimpl
 from rlhooks.core.learning import LearningState
-from rlhooks.core.manager import RunManager
-from rlhooks.core.registry import Registry
+from rlhooks.core.options import DispatchOptions, build_options, finite, non_negative, positive, unit_interval
+from rlhooks.core.records import METRICS_FILE, encode_record, nonfinite_name, read_records
 from rlhooks.core.run import RunContext
+from rlhooks.core.rundir import write_atomic
+
+if TYPE_CHECKING:
+    from rlhooks.core.sampler import Sampler
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Batch", "GroupIndex", "RowLazy", "FilterDecision", "NoOptions", "RewardFunction", "Sampler",
-    "Config", "ComponentConfig", "RunOptions", "load_config", "DatasetColumns",
-    "GroupAccumulator", "Rollout", "StepDriver", "RunManager", "Registry", "RunContext", "LearningState",
-    "hookimpl", "hookspec", "RLHooksError", "ConfigError", "RegistryError", "UnknownComponentError",
-    "DuplicateComponentError", "BrokenPluginError", "PluginError", "GenerationLimitError",
+    # hooks
+    "hookimpl",
+    # the batch, its standard column names and group helpers
+    "Batch", "BatchError", "GroupIndex", "RowLazy", "factorize", "run_starts",
+    "UID", "INDEX", "DATA_SOURCE", "COMPLEXITY", "REWARD", "FINAL_REWARD", "ADVANTAGE", "PROMPT",
+    "RESPONSE", "TARGET", "PROMPT_LENGTH", "RESPONSE_LENGTH", "REWARD_FN_PREFIX",
+    # component bases and what hooks receive
+    "Sampler", "FilterDecision", "RewardFunction", "NoOptions", "DatasetColumns", "RunContext",
+    # the run's prompt-level learning state (RunContext.learning; learning/* columns of prompt batches)
+    "LearningState",
+    # Options helpers and validators
+    "build_options", "positive", "non_negative", "finite", "unit_interval", "DispatchOptions",
+    # the JSONL record format (metrics.jsonl), for backends and readers
+    "METRICS_FILE", "encode_record", "nonfinite_name", "read_records",
+    # files a plugin writes at run end (temp file + rename: never a truncated file)
+    "write_atomic",
+    # errors
+    "RLHooksError", "ConfigError", "ConfigIssue", "DataError", "PluginError", "RegistryError",
+    "UnknownComponentError", "DuplicateComponentError", "BrokenPluginError", "GenerationLimitError",
     "__version__",
 ]
+
+#: host names that ``rlhooks`` exported before 0.2; they now live in ``rlhooks.host``
+_MOVED_TO_HOST = frozenset({
+    "Config", "ComponentConfig", "RunOptions", "load_config", "GroupAccumulator", "Rollout", "StepDriver",
+    "RunManager", "Registry", "hookspec",
+})
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Sampler":  # the one base class that needs torch: imported on first use
+        from rlhooks.core.sampler import Sampler
+
+        return Sampler
+    if name in _MOVED_TO_HOST:
+        warnings.warn(
+            f"rlhooks.{name} moved to rlhooks.host (rlhooks exports only the plugin API); "
+            f"use 'from rlhooks.host import {name}'",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        import rlhooks.host
+
+        return getattr(rlhooks.host, name)
+    raise AttributeError(f"module 'rlhooks' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "rlhooks.engines.sim.cli",  # simulate
     "rlhooks.cli_report",  # report
     "rlhooks.engines.verl.cli",  # train
+    "rlhooks.dashboard.cli",  # dashboard
 )
 
 
@@ -52,11 +53,43 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    try:
-        return int(args.func(args) or 0)
-    except rlhooks.RLHooksError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    from rlhooks.core import interrupt
+
+    _quiet_thread_oserrors()
+    with interrupt.signals_interrupt():
+        try:
+            return int(args.func(args) or 0)
+        except rlhooks.RLHooksError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the run was ended "interrupted" and flushed
+            name = exc.signal_name if isinstance(exc, interrupt.Interrupted) else "SIGINT"
+            print(f"rlhooks: interrupted by {name}; the run ended with status 'interrupted'", file=sys.stderr)
+            return interrupt.exit_code(exc)
+        except OSError as exc:  # a full disk, a lost mount, a permission: say what and where, no traceback
+            if args.verbose:
+                raise
+            where = f" ({exc.filename})" if exc.filename else ""
+            print(f"error: {exc.strerror or exc}{where}; nothing was reported as successful "
+                  f"(rerun with -v for the traceback)", file=sys.stderr)
+            return 1
+
+
+def _quiet_thread_oserrors() -> None:
+    """A library's own thread dying of a full disk (e.g. TensorBoard's writer) prints one line, not a
+    traceback: the backend using it reports the loss itself, and the run does not end 'success'."""
+    import threading
+
+    default = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if isinstance(args.exc_value, OSError):
+            name = args.thread.name if args.thread is not None else "?"
+            print(f"error: thread {name}: {args.exc_type.__name__}: {args.exc_value}", file=sys.stderr)
+            return
+        default(args)
+
+    threading.excepthook = hook
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Core CLI commands: ``rlhooks plugins list`` and ``rlhooks config check``."""
+"""Core CLI commands: ``rlhooks plugins list``, ``rlhooks hooks`` and ``rlhooks config check``."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     lst.set_defaults(func=cmd_plugins_list)
     plugins.set_defaults(func=lambda args: (plugins.print_help(), 2)[1])
 
+    hooks = sub.add_parser("hooks", help="print the hook reference (Markdown; docs/hooks.md is this output)")
+    hooks.set_defaults(func=cmd_hooks)
+
     config = sub.add_parser("config", help="config files")
     csub = config.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
     chk = csub.add_parser("check", help="validate a config and print it resolved with defaults (secrets redacted)")
@@ -28,6 +31,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     chk.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     chk.set_defaults(func=cmd_config_check)
     config.set_defaults(func=lambda args: (config.print_help(), 2)[1])
+
+
+def cmd_hooks(args: argparse.Namespace) -> int:
+    from rlhooks.core.hookdocs import render_markdown
+
+    sys.stdout.write(render_markdown())
+    return 0
 
 
 def hooks_of(obj: Any) -> list[str]:
@@ -45,29 +55,44 @@ def describe(obj: Any) -> str:
     return doc.splitlines()[0] if doc else ""
 
 
+def canonical_name(names: list[str], deprecated: dict[str, str]) -> str:
+    """The name a component is listed under: not deprecated, snake_case before CamelCase, shortest."""
+    return min(names, key=lambda n: (n in deprecated, n != n.lower(), len(n), n))
+
+
 def plugin_rows(registry: Registry, kind: str | None = None) -> list[dict[str, Any]]:
+    """One row per component: entry points of one distribution naming the same object are aliases."""
+    components: dict[tuple[str, str, str], list[Any]] = {}
+    for info in registry.entries(kind):
+        # a disabled or broken entry is its own row: what it names is unknown or unwanted
+        key = (info.kind, info.dist, info.value) if not info.disabled else (info.kind, info.dist, "#" + info.name)
+        components.setdefault(key, []).append(info)
     rows = []
-    for info in sorted(registry.entries(kind), key=lambda i: (list(GROUPS).index(i.kind), i.name.lower())):
+    for (kind_, _dist, _value), infos in components.items():
+        first = infos[0]
         row: dict[str, Any] = {
-            "name": info.name, "kind": info.kind, "distribution": info.dist, "version": info.version,
-            "value": info.value, "hooks": [], "description": "", "status": "disabled" if info.disabled else "ok",
-            "error": None,
+            "name": first.name, "aliases": [], "deprecated_aliases": {}, "kind": kind_, "distribution": first.dist,
+            "version": first.version, "value": first.value, "hooks": [], "description": "",
+            "status": "disabled" if first.disabled else "ok", "error": None,
         }
-        if not info.disabled:
+        names = [i.name for i in infos]
+        if not first.disabled:
             try:
-                obj = info.load()
+                obj = first.load()
                 row["hooks"] = hooks_of(obj)
                 row["description"] = describe(obj)
-                deprecated = getattr(obj, "deprecated_names", {})
-                if info.name in deprecated:
-                    row["status"] = f"deprecated (use {deprecated[info.name]})"
+                deprecated = dict(getattr(obj, "deprecated_names", {}) or {})
+                row["deprecated_aliases"] = {n: deprecated[n] for n in names if n in deprecated}
             except Exception:  # noqa: BLE001 - recorded on the entry
                 row["status"] = "broken"
-                row["error"] = info.error
-        dupes = [i for i in registry.entries(info.kind) if i.name == info.name]
-        if len(dupes) > 1:
-            row["status"] = "duplicate: " + " and ".join(f"{d.dist} {d.version}" for d in dupes)
+                row["error"] = first.error
+        row["name"] = canonical_name(names, row["deprecated_aliases"])
+        row["aliases"] = sorted((n for n in names if n != row["name"]), key=lambda n: (n in row["deprecated_aliases"], n.lower()))
+        dupes = [i for i in registry.entries(kind_) if i.name in names and i.dist != first.dist]
+        if dupes:
+            row["status"] = "duplicate: " + " and ".join(f"{d.dist} {d.version}" for d in [first, *dupes])
         rows.append(row)
+    rows.sort(key=lambda r: (list(GROUPS).index(r["kind"]), r["name"].lower()))
     return rows
 
 
@@ -86,9 +111,12 @@ def cmd_plugins_list(args: argparse.Namespace) -> int:
         for r in sel:
             hooks = ", ".join(r["hooks"]) or "-"
             status = "" if r["status"] == "ok" else f"  [{r['status']}]"
+            aliases = ", ".join(
+                f"{a} (deprecated)" if a in r["deprecated_aliases"] else a for a in r["aliases"]
+            )
             print(
                 f"  {r['name']:<{widths['name']}}  {r['distribution']} {r['version']:<{widths['version']}}"
-                f"  hooks: {hooks}{status}"
+                f"  hooks: {hooks}{status}" + (f"  aliases: {aliases}" if aliases else "")
             )
             if r["error"]:
                 print(f"      error: {r['error']}")

@@ -22,7 +22,9 @@ import numpy as np
 import pytest
 
 import rlhooks
-from rlhooks import Batch, RunManager, StepDriver, load_config
+import rlhooks.host
+from rlhooks import Batch
+from rlhooks.host import RunManager, StepDriver, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "examples" / "rlhooks-example-plugin"
@@ -72,7 +74,7 @@ def test_entry_points_are_visible(installed: md.Distribution) -> None:
     # installed for real: the module comes from site-packages, not from the checkout
     mod = importlib.import_module("rlhooks_example")
     assert "site-packages" in str(mod.__file__) and str(PACKAGE) not in str(mod.__file__)
-    reg = rlhooks.Registry()
+    reg = rlhooks.host.Registry()
     info = reg.info("backend", "csv")
     assert (info.dist, info.version) == (DIST, "0.1.0")
 

@@ -315,17 +315,14 @@ def run_starts(labels: np.ndarray) -> np.ndarray:
     return np.flatnonzero(boundary)
 
 
-#: label scans before factorize() falls back to sorting
-MAX_SCAN_LABELS = 64
-
-
 def factorize(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct labels in order of first appearance, code per row).
+    """(distinct labels in order of first appearance, code per row), in O(rows) for any number of labels.
 
-    Sources come in long runs (a group's rows share one) and are few, so: run-length encode
-    (one vectorized comparison), then label the run heads with one comparison per distinct
-    label. ``np.unique`` on object strings sorts with Python comparisons and is ~20x slower;
-    it is the fallback when there are many labels.
+    Run-length encode first (one vectorized comparison: a group's rows share a source, so runs
+    are long), then hash the run heads: ``dict.fromkeys`` and a ``map`` over the heads run in C,
+    so the cost is O(rows + runs) whatever the number of distinct labels. ``np.unique`` on
+    object strings sorts with Python comparisons and is ~20x slower; it remains the fallback for
+    unhashable labels and NaN (which is unequal to itself).
     """
     labels = np.asarray(labels)
     n = len(labels)
@@ -333,22 +330,17 @@ def factorize(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return labels[:0], np.zeros(0, np.int64)
     starts = run_starts(labels)
     heads = labels[starts]
-    head_codes = np.full(len(heads), -1, dtype=np.int64)
-    names = []
-    left = np.arange(len(heads))
-    while len(left):  # one pass per distinct label
-        if len(names) >= MAX_SCAN_LABELS:
-            return _factorize_sorted(labels)
-        same = np.asarray(heads[left] == heads[left[0]], dtype=bool)
-        if not same[0]:  # a label unequal to itself (NaN): the scan would not advance
-            return _factorize_sorted(labels)
-        head_codes[left[same]] = len(names)
-        names.append(heads[left[0]])
-        left = left[~same]
-    out = np.empty(len(names), dtype=labels.dtype)
-    out[:] = names
-    run_lengths = np.diff(starts, append=n)
-    return out, np.repeat(head_codes, run_lengths)  # cheaper than a cumsum over the boundaries
+    if heads.dtype.kind in "fcO" and np.asarray(heads != heads, dtype=bool).any():  # NaN among the labels
+        return _factorize_sorted(labels)
+    head_list = heads.tolist()
+    try:
+        code_of = {label: code for code, label in enumerate(dict.fromkeys(head_list))}
+    except TypeError:  # unhashable labels
+        return _factorize_sorted(labels)
+    head_codes = np.fromiter(map(code_of.__getitem__, head_list), dtype=np.int64, count=len(head_list))
+    # codes are numbered in order of appearance: a code's first head is where the running max grows
+    first_head = np.flatnonzero(np.diff(np.maximum.accumulate(head_codes), prepend=-1))
+    return heads[first_head], np.repeat(head_codes, np.diff(starts, append=n))  # cheaper than a cumsum over the boundaries
 
 
 def _factorize_sorted(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

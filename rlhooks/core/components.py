@@ -14,22 +14,22 @@
 Options: a component class declares ``Options``, an attrs class; the config's keys for that
 component are structured into it by cattrs (unknown keys are an error). The instance receives
 it as ``options``. Every component also accepts ``on_error`` (raise | warn | disable).
+
+``Sampler`` (the one base class that needs torch) is defined in ``rlhooks.core.sampler``, which
+imports this module (never the reverse), so importing this module does not import torch.
 """
 
 from __future__ import annotations
 
 import abc
 import inspect
-from collections.abc import Iterator
 from collections.abc import Mapping
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import attrs
 import numpy as np
-import torch.utils.data
 
 from rlhooks.core.batch import Batch
-from rlhooks.core.data import DatasetColumns
 
 ON_ERROR_CHOICES = ("raise", "warn", "disable")
 #: default on_error per kind: steering components raise, observers warn
@@ -54,39 +54,6 @@ def instantiate(obj: Any, options: Any) -> Any:
             return obj(options)
         return obj()
     return obj
-
-
-class Sampler(torch.utils.data.Sampler[int], abc.ABC):
-    """Base of rlhooks samplers: a torch Sampler yielding dataset indices, with resumable state.
-
-    Subclasses are constructed by the engine with the dataset's columns, because only the
-    engine has the data: ``cls(options, data, batch_size=..., seed=...)``. They usually also
-    implement ``on_rewards_computed`` (as ``@hookimpl``) to adapt to rewards.
-    """
-
-    Options: ClassVar[type] = NoOptions
-
-    def __init__(self, options: Any, data: DatasetColumns, *, batch_size: int, seed: int = 0) -> None:
-        self.options = options
-        self.data = data
-        self.batch_size = batch_size
-        self.seed = seed
-
-    @abc.abstractmethod
-    def __iter__(self) -> Iterator[int]:
-        """Dataset indices, batch after batch of ``batch_size``; resumes from the loaded state."""
-
-    @abc.abstractmethod
-    def __len__(self) -> int:
-        """Indices per epoch."""
-
-    @abc.abstractmethod
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue exactly: RNG, EMAs, curriculum level, position."""
-
-    @abc.abstractmethod
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore what ``state_dict`` returned; the next index is the one an uninterrupted run draws."""
 
 
 @attrs.frozen
@@ -134,3 +101,4 @@ def is_reward_function(obj: Any) -> bool:
     if inspect.isclass(obj):
         return issubclass(obj, RewardFunction)
     return callable(obj) and not inspect.ismodule(obj)
+

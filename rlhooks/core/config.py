@@ -16,6 +16,7 @@ problem at once, each with its key path and the component's name.
 from __future__ import annotations
 
 import difflib
+import math
 import importlib
 import re
 import types
@@ -38,6 +39,7 @@ from rlhooks.core.components import (
 )
 from rlhooks.core.errors import ConfigError, ConfigIssue, RegistryError
 from rlhooks.core.registry import Registry
+from rlhooks.core.rundir import check_run_name
 
 # -- the run section ------------------------------------------------------------------------
 
@@ -57,20 +59,45 @@ def _unit_interval(_inst: Any, attr: attrs.Attribute, value: float) -> None:
         raise ValueError(f"must be in (0, 1], got {value!r}")
 
 
+def _in_range(lo: int, hi: int) -> Any:
+    """Sane bounds: a size or seed past them ends in a memory error or a library's crash later."""
+
+    def check(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
+        if value is not None and not lo <= value <= hi:
+            raise ValueError(f"must be between {lo:,} and {hi:,}, got {value!r}")
+
+    return check
+
+
+#: bounds of the run section (far beyond any real run; they stop typos like an extra 000 early)
+MAX_SEED = 2**32 - 1
+MAX_STEPS = 10**9
+MAX_BATCH = 10**7
+MAX_N = 65_536
+MAX_TRAJECTORIES = 10**7
+
+
+def _run_name(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
+    problem = check_run_name(value)
+    if problem:
+        raise ValueError(problem)
+
+
 @attrs.frozen(kw_only=True)
 class RunOptions:
     """The ``run:`` section: what every engine needs to drive a run."""
 
-    name: str = "rlhooks-run"
-    seed: int = 0
-    steps: int = attrs.field(default=100, validator=_positive)
+    #: the run directory's name under out_dir: one plain directory name (see core/rundir.py)
+    name: str = attrs.field(default="rlhooks-run", validator=_run_name)
+    seed: int = attrs.field(default=0, validator=_in_range(0, MAX_SEED))
+    steps: int = attrs.field(default=100, validator=[_positive, _in_range(1, MAX_STEPS)])
     out_dir: str = "runs"
     #: prompts per training step (groups that survive the filters)
-    train_batch_size: int = attrs.field(default=32, validator=_positive)
+    train_batch_size: int = attrs.field(default=32, validator=[_positive, _in_range(1, MAX_BATCH)])
     #: prompts per generation batch; defaults to train_batch_size
-    gen_batch_size: int | None = attrs.field(default=None, validator=_positive)
+    gen_batch_size: int | None = attrs.field(default=None, validator=[_positive, _in_range(1, MAX_BATCH)])
     #: responses per prompt (group size)
-    n: int = attrs.field(default=8, validator=_positive)
+    n: int = attrs.field(default=8, validator=[_positive, _in_range(1, MAX_N)])
     #: generation batches allowed per step before giving up (0 = unlimited)
     max_num_gen_batches: int = attrs.field(default=10, validator=_non_negative)
     #: at the limit: "raise" (the DAPO recipe's error) or "continue" with the groups kept so far
@@ -91,6 +118,14 @@ class RunOptions:
     #: size of a step's 2nd, 3rd... generation batch: "fixed" = gen_batch_size; "adaptive" = the
     #: prompts still needed / the step's kept ratio so far * 1.25, at least gen_batch_size / 6 (GRESO's rule)
     gen_batch_sizing: Literal["fixed", "adaptive"] = "fixed"
+
+    def __attrs_post_init__(self) -> None:
+        rows = self.effective_gen_batch_size * self.n
+        if rows > MAX_TRAJECTORIES:
+            raise ValueError(
+                f"gen_batch_size x n = {rows:,} trajectories per generation batch is more than {MAX_TRAJECTORIES:,}; "
+                f"lower run.gen_batch_size or run.n"
+            )
 
     @property
     def effective_gen_batch_size(self) -> int:
@@ -239,14 +274,22 @@ def _strict_int(v: Any, _t: Any) -> int:
 def _strict_float(v: Any, _t: Any) -> float:
     if isinstance(v, bool):
         raise ValueError(f"expected a number, got {v!r}")
+    out: float | None = None
     if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str):  # YAML 1.1 reads 1e-3 as a string
         try:
-            return float(v)
+            out = float(v)
+        except OverflowError:
+            raise ValueError(f"expected a number within the float range, got {v!r}") from None
+    elif isinstance(v, str):  # YAML 1.1 reads 1e-3 as a string
+        try:
+            out = float(v)
         except ValueError:
             pass
-    raise ValueError(f"expected a number, got {v!r}")
+    if out is None:
+        raise ValueError(f"expected a number, got {v!r}")
+    if not math.isfinite(out):  # a NaN weight, timeout or interval passes every comparison, then breaks the run
+        raise ValueError(f"must be a finite number, got {v!r}")
+    return out
 
 
 def _strict_str(v: Any, _t: Any) -> str:
@@ -401,15 +444,145 @@ def _describe(exc: BaseException) -> str:
 # -- loading -------------------------------------------------------------------------------
 
 
+#: a config file larger than this is refused before it is parsed
+MAX_CONFIG_BYTES = 1 << 20
+#: values a document may expand to (counting every alias use), and their characters: bounds
+#: "billion laughs" documents before anything is constructed, formatted, redacted or copied
+MAX_VALUES = 100_000
+MAX_CHARS = 4_000_000
+#: nesting depth of mappings and lists
+MAX_DEPTH = 64
+
+_BOMS = (
+    (b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"),
+    (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"),
+)
+
+
+class _YamlBoundError(Exception):
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+def _decode(data: bytes) -> str:
+    """UTF-8 (a byte-order mark allowed), or UTF-16/32 with a byte-order mark."""
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            return data.decode(codec)
+    text = data.decode("utf-8")
+    if "\x00" in text:
+        raise UnicodeError("it contains NUL bytes (UTF-16 without a byte-order mark?)")
+    return text
+
+
+def _check_node(node: yaml.Node, path: str, depth: int, memo: dict[int, tuple[int, int]], active: set[int],
+                issues: list[ConfigIssue]) -> tuple[int, int]:
+    """(values, characters) ``node`` expands to; refuses cycles, depth, size; collects duplicate keys."""
+    key = id(node)
+    if key in memo:
+        return memo[key]
+    if key in active:
+        raise _YamlBoundError(path, "a recursive alias (a value that contains itself); write the value out")
+    if depth > MAX_DEPTH:
+        shown = path if len(path) <= 80 else path[:80] + "..."
+        raise _YamlBoundError(shown, f"nested deeper than {MAX_DEPTH} levels")
+    active.add(key)
+    values, chars = 1, 0
+    if isinstance(node, yaml.ScalarNode):
+        chars = len(node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, child in enumerate(node.value):
+            v, c = _check_node(child, f"{path}[{i}]", depth + 1, memo, active, issues)
+            values, chars = values + v, chars + c
+    elif isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for k_node, v_node in node.value:
+            name = k_node.value if isinstance(k_node, yaml.ScalarNode) else "?"
+            sub = f"{path}.{name}" if path else str(name)
+            if isinstance(k_node, yaml.ScalarNode) and k_node.tag != "tag:yaml.org,2002:merge":
+                if name in seen:
+                    issues.append(ConfigIssue(sub, f"duplicate key {name!r} (lines {seen[name]} and "
+                                              f"{k_node.start_mark.line + 1}); keep one"))
+                else:
+                    seen[name] = k_node.start_mark.line + 1
+            for child, child_path in ((k_node, path), (v_node, sub)):
+                v, c = _check_node(child, child_path, depth + 1, memo, active, issues)
+                values, chars = values + v, chars + c
+    active.discard(key)
+    if values > MAX_VALUES or chars > MAX_CHARS:
+        raise _YamlBoundError(
+            path, f"expands to more than {MAX_VALUES:,} values or {MAX_CHARS:,} characters (aliases such as "
+            f"*name repeat a value each time they are used); a config is never that large",
+        )
+    memo[key] = (values, chars)
+    return values, chars
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that stops composing past MAX_DEPTH nested nodes (before Python's recursion limit)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise _YamlBoundError(f"line {mark.line + 1}, column {mark.column + 1}",
+                                      f"nested deeper than {MAX_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def parse_yaml(text: str, where: str = "") -> Any:
+    """``yaml.safe_load`` with bounds: alias expansion, size, depth, no recursive aliases, no duplicate keys.
+
+    Raises ConfigError (key path in each issue) or yaml.YAMLError.
+    """
+    loader = _BoundedLoader(text)
+    try:
+        issues: list[ConfigIssue] = []
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                return None
+            _check_node(node, where, 0, {}, set(), issues)
+        except _YamlBoundError as exc:
+            raise ConfigError([ConfigIssue(exc.path, exc.message)]) from None
+        if issues:
+            raise ConfigError(issues)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Safe-load a YAML mapping, with the file named in every error."""
+    """Safe-load a YAML mapping (bounded: see parse_yaml), with the file named in every error."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError([ConfigIssue("", f"cannot read the file: {exc.strerror or exc}")], str(path)) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError([ConfigIssue("", f"larger than {MAX_CONFIG_BYTES:,} bytes; is this a config file?")], str(path))
     try:
-        data = yaml.safe_load(text)
+        text = _decode(data)
+    except UnicodeError as exc:
+        at = ""
+        if isinstance(exc, UnicodeDecodeError):
+            line = data[: exc.start].count(b"\n") + 1
+            col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+            at = f" (byte 0x{data[exc.start]:02x} at line {line}, column {col})"
+            exc = "it is not UTF-8 text"  # type: ignore[assignment]
+        raise ConfigError([ConfigIssue("", f"cannot decode the file: {exc}{at}; save it as UTF-8")], str(path)) from None
+    try:
+        data = parse_yaml(text)
+    except ConfigError as exc:
+        raise ConfigError(exc.issues, str(path)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -431,7 +604,10 @@ def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, 
             continue
         key, _, text = item.partition("=")
         try:
-            value = yaml.safe_load(text) if text.strip() else ""
+            value = parse_yaml(text, key.strip()) if text.strip() else ""
+        except ConfigError as exc:
+            issues.extend(exc.issues)
+            continue
         except yaml.YAMLError:
             value = text
         parts = [p for p in re.split(r"\.|\[(\d+)\]", key.strip()) if p]

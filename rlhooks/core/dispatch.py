@@ -1,50 +1,57 @@
 """Non-blocking dispatch: each logging backend runs behind a bounded queue on its own thread.
 
-``RunManager._wrap`` registers a *proxy* on the plugin manager instead of a backend object
-whenever the backend implements a logging hook (``log_metrics``, ``log_table``,
-``log_histogram``). The proxy's hook implementations only put the call on the backend's queue
-(a few microseconds in the training thread); one background thread per backend makes the real
-calls in order. Components of the ``backend`` kind that implement no logging hook (the sample
-tables in ``samples:``) are registered as they are: they run in the training thread.
+``wrap`` returns, for a component of the ``backend`` kind that implements a logging hook
+(``log_metrics``, ``log_table``, ``log_histogram``), a *proxy* to register on the plugin manager
+instead of the backend object. The proxy's hook implementations only put the call on the
+backend's queue (a few microseconds in the training thread); one background thread per backend
+makes the real calls in order. Components that implement no logging hook (the sample tables in
+``samples:``) are registered as they are: they run in the training thread.
 
 Guarantees:
 
 * Order: a backend sees its calls in the order the training thread made them
   (``on_run_start`` first, ``on_run_end`` last).
-* No silent drops: when a queue is full the training thread waits for room (and says so once
-  per backend). Only a backend that makes the producer wait longer than ``put_timeout_s``, or
-  that does not drain within ``flush_timeout_s`` at the end, is declared hung: it is reported by
-  name with the number of calls it still had queued, disabled, and left behind (its thread is a
-  daemon), while every other backend keeps receiving everything.
-* Flush: ``on_run_end`` queues the backend's own ``on_run_end`` and waits for the queue to drain;
-  at interpreter exit every backend whose run did not end is drained and closed with
-  ``on_run_end("interrupted")`` (before other atexit handlers, so e.g. wandb is still alive).
-* Failures follow the component's ``on_error`` with the manager's policy (``RunManager._failed``):
-  ``warn`` logs once per hook and disables after ``MAX_CONSECUTIVE_FAILURES`` failures in a row,
-  ``disable`` at the first; ``raise`` stops the backend and re-raises the error in the training
-  thread at its next call (as a ``PluginError``).
+* A bounded cost: when a queue is full the training thread waits for room (and says so once per
+  backend), but in total at most ``max_wait_s`` seconds per backend and run. Past that budget
+  the backend's later logging calls are *dropped*, counted, and reported by name at once and at
+  run end (it still gets ``on_run_end``, so it closes its files). A single wait longer than
+  ``put_timeout_s``, or a queue that does not drain within ``flush_timeout_s`` at the end,
+  declares the backend hung: reported with the number of calls it still had queued, disabled,
+  and left behind (its thread is a daemon). Every other backend keeps receiving everything.
+* Flush: ``on_run_end`` queues the backend's own ``on_run_end`` and waits for the queue to drain.
+  A host that exits without ending its run still gets every backend drained and closed with
+  ``on_run_end("interrupted")`` by an ``atexit`` handler, which is re-registered after each
+  backend's ``on_run_start`` so it runs before the handlers a backend registered while starting
+  (atexit runs handlers last-registered first; wandb registers its own in ``wandb.init``).
+* Failures go through the failure policy the host passes to ``wrap`` (RunManager's ``_failed``:
+  the component's ``on_error``); every failure is counted there. ``on_error: raise`` stops the
+  backend and re-raises the error, as a ``PluginError`` naming the hook that failed, in the
+  training thread at its next call.
+* Hook wrappers (``wrapper=True`` / ``hookwrapper=True``) are refused at registration: rlhooks
+  calls each implementation on its own, with its own error policy, so a wrapper could not wrap.
 
-Tuning: a backend whose ``options`` have ``queue_size``, ``flush_timeout_s`` or
-``put_timeout_s`` uses them (the built-in backends expose all three); otherwise the defaults
+Tuning: a backend whose ``options`` have ``queue_size``, ``flush_timeout_s``, ``put_timeout_s``
+or ``max_wait_s`` uses them (the built-in backends expose all four); otherwise the defaults
 below apply.
+
+The plugin objects are inspected with pluggy's public API only (a scratch ``PluginManager``:
+``register``, ``check_pending``, ``get_hookcallers``, ``HookImpl.argnames``/``opts``).
 """
 
 from __future__ import annotations
 
-import inspect
+import atexit
 import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pluggy
 import structlog
 
+from rlhooks.core.errors import PluginError
 from rlhooks.core.hookspecs import METRIC_HOOKS, PROJECT, RLHookSpecs, hookimpl
-
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from rlhooks.core.manager import Registered, RunManager
 
 log = structlog.get_logger("rlhooks.dispatch")
 
@@ -53,61 +60,75 @@ LOGGING_HOOKS = ("log_metrics", "log_table", "log_histogram")
 DEFAULT_QUEUE_SIZE = 1024
 DEFAULT_FLUSH_TIMEOUT_S = 60.0
 DEFAULT_PUT_TIMEOUT_S = 300.0
+#: total seconds per run the training thread may wait for one backend's full queue
+DEFAULT_MAX_WAIT_S = 60.0
 
 _STOP = object()
-_MARKER = PROJECT + "_impl"
 
 _live: set[BackendDispatcher] = set()
 _live_lock = threading.Lock()
-_exit_hook_registered = False
-#: one failure handled at a time: the manager's bookkeeping is not thread-safe
+#: one failure handled at a time: the host's bookkeeping is not thread-safe
 _policy_lock = threading.Lock()
 
 
-def hook_impls(obj: Any) -> dict[str, tuple[Callable, dict[str, Any]]]:
-    """``{hook name: (bound implementation, hookimpl options)}`` of a plugin object."""
-    found = {}
-    for name in dir(obj):
-        if name.startswith("__"):
-            continue
-        try:
-            attr = getattr(obj, name)
-        except Exception:  # noqa: BLE001 - a property may raise; pluggy skips those too
-            continue
-        opts = getattr(attr, _MARKER, None) if inspect.isroutine(attr) else None
-        if isinstance(opts, dict):
-            found[opts.get("specname") or name] = (attr, opts)
-    return found
+class Component(Protocol):
+    """What dispatch needs to know about a registered component (RunManager's ``Registered``)."""
+
+    name: str
+    kind: str
+    path: str
+    distribution: str
+    obj: Any
+    on_error: str
+    failures: int
+    disabled: bool
+    deferred: bool
+    dropped: int
+
+    @property
+    def label(self) -> str: ...
 
 
-def wrap(manager: RunManager, rec: Registered) -> Any:
-    """The object to register for ``rec``: a dispatch proxy for logging backends, else the object."""
-    if rec.kind != "backend":
-        return rec.obj
-    impls = hook_impls(rec.obj)
-    if not any(h in impls for h in LOGGING_HOOKS):
-        return rec.obj  # sample components and other hook-only objects run in the training thread
-    _validate(rec.obj, rec.label)
-    rec.deferred = True
-    return BackendDispatcher(manager, rec, impls).proxy
+#: ``policy(component, hook, error)``: count the failure, log it, maybe disable or raise
+FailurePolicy = Callable[[Component, str, BaseException], None]
 
 
-def _validate(obj: Any, label: str) -> None:
-    """The backend itself against the specs (pluggy only sees the proxy, whose signatures are right):
-    unknown hooks and argument names a hook does not have raise ``PluginValidationError`` at start."""
+def hook_impls(obj: Any, label: str = "plugin") -> dict[str, pluggy.HookImpl]:
+    """``{hook name: HookImpl}`` of a plugin object, validated against the specs.
+
+    Registers ``obj`` on a scratch PluginManager (pluggy's own marker parsing and argument
+    matching): unknown hooks and argument names a hook does not have raise
+    ``PluginValidationError``, and so does a hook wrapper (see the module docstring).
+    """
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(RLHookSpecs)
     pm.register(obj, name=label)
     pm.check_pending()
+    found: dict[str, pluggy.HookImpl] = {}
+    for caller in pm.get_hookcallers(obj) or []:
+        for impl in caller.get_hookimpls():
+            if impl.plugin is not obj:
+                continue
+            if impl.hookwrapper or impl.wrapper:
+                kind = "hookwrapper=True" if impl.hookwrapper else "wrapper=True"
+                raise pluggy.PluginValidationError(
+                    obj,
+                    f"{label}: {caller.name} is a hook wrapper ({kind}). rlhooks calls each hook "
+                    f"implementation on its own, with the component's on_error policy, so a wrapper "
+                    f"cannot wrap the others; implement {caller.name} as a plain hook (order it with "
+                    f"tryfirst=True / trylast=True)",
+                )
+            found[caller.name] = impl
+    return found
 
 
-def _argnames(fn: Callable) -> tuple[str, ...]:
-    """Arguments pluggy passes to ``fn``: the positional ones without a default (as pluggy does)."""
-    params = inspect.signature(fn).parameters.values()
-    return tuple(
-        p.name for p in params
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
-    )
+def wrap(rec: Component, on_failure: FailurePolicy) -> Any:
+    """The object to register for ``rec``: a dispatch proxy for logging backends, else the object."""
+    impls = hook_impls(rec.obj, rec.label)
+    if rec.kind != "backend" or not any(h in impls for h in LOGGING_HOOKS):
+        return rec.obj  # sample components and other hook-only objects run in the training thread
+    rec.deferred = True
+    return BackendDispatcher(rec, impls, on_failure).proxy
 
 
 class _Proxy:
@@ -120,28 +141,35 @@ class _Proxy:
         return f"<dispatch proxy of {self._label}>"
 
 
-class BackendDispatcher:
-    """One backend's queue, worker thread and failure bookkeeping."""
+def _call(impl: pluggy.HookImpl, kwargs: dict[str, Any]) -> Any:
+    """Call a hook implementation with the arguments it asks for, as pluggy does."""
+    return impl.function(*[kwargs[a] for a in impl.argnames])
 
-    def __init__(self, manager: RunManager, rec: Registered, impls: dict[str, tuple[Callable, dict]]) -> None:
-        self.manager = manager
+
+class BackendDispatcher:
+    """One backend's queue, worker thread, wait budget and failure bookkeeping."""
+
+    def __init__(self, rec: Component, impls: dict[str, pluggy.HookImpl], on_failure: FailurePolicy) -> None:
         self.rec = rec
+        self.on_failure = on_failure
         opts = getattr(rec.obj, "options", None)
         self.queue_size = int(getattr(opts, "queue_size", DEFAULT_QUEUE_SIZE))
         self.flush_timeout_s = float(getattr(opts, "flush_timeout_s", DEFAULT_FLUSH_TIMEOUT_S))
         self.put_timeout_s = float(getattr(opts, "put_timeout_s", DEFAULT_PUT_TIMEOUT_S))
+        self.max_wait_s = float(getattr(opts, "max_wait_s", DEFAULT_MAX_WAIT_S))
         self.queue: queue.Queue = queue.Queue(maxsize=self.queue_size)
         self.thread: threading.Thread | None = None
         self.closed = False
         self.hung = False
         self.waited_full = False  # the "queue full" warning was given
         self.waits = 0  # times the producer had to wait for room
+        self.waited_s = 0.0  # total time the producer waited for room
+        self.dropping = False  # past max_wait_s: logging calls are dropped (and counted)
         self.calls = 0  # calls the backend completed (successfully or not)
         self._pending_raise: BaseException | None = None  # on_error: raise, for the training thread
         self._stopped_by_raise = False
         self._start_lock = threading.Lock()
         self._impls = impls
-        self._args = {hook: _argnames(fn) for hook, (fn, _) in impls.items()}
         # a backend that also steers/contributes metrics keeps its lifecycle in the training thread
         self._queued_lifecycle = not any(h in METRIC_HOOKS for h in impls)
         self.proxy = self._build_proxy()
@@ -149,11 +177,11 @@ class BackendDispatcher:
     # -- the proxy ------------------------------------------------------------------------
     def _build_proxy(self) -> _Proxy:
         proxy = _Proxy(self.rec.label)
-        for hook, (fn, opts) in self._impls.items():
+        for hook, impl in self._impls.items():
             if hook in LOGGING_HOOKS or (self._queued_lifecycle and hook in ("on_run_start", "on_run_end")):
                 continue
-            setattr(proxy, hook, fn)  # passed through: runs in the training thread
-        marks = {h: {k: o.get(k, False) for k in ("tryfirst", "trylast")} for h, (_, o) in self._impls.items()}
+            setattr(proxy, hook, impl.function)  # passed through: runs in the training thread
+        marks = {h: {k: bool(i.opts.get(k, False)) for k in ("tryfirst", "trylast")} for h, i in self._impls.items()}
 
         def mark(hook: str, fn: Callable) -> None:
             setattr(proxy, hook, hookimpl(**marks.get(hook, {}))(fn))
@@ -186,45 +214,69 @@ class BackendDispatcher:
             def on_run_end_sync(status: str) -> None:
                 self.close(None)  # drain the queued logging calls first
                 if sync_end is not None:
-                    fn, _ = sync_end
-                    fn(*[{"status": status}[a] for a in self._args["on_run_end"]])
+                    _call(sync_end, {"status": status})
             mark("on_run_end", on_run_end_sync)
         return proxy
 
     # -- training-thread side -------------------------------------------------------------
     def submit(self, hook: str, kwargs: dict[str, Any]) -> None:
-        """Queue one hook call; waits when the queue is full (never drops)."""
-        fn, _ = self._impls[hook]
-        args = tuple(kwargs[a] for a in self._args[hook])
+        """Queue one hook call; waits when the queue is full, within the backend's wait budget."""
+        impl = self._impls[hook]
         if self.closed:  # after on_run_end: nothing drains the queue any more, so call inline
             if not self.hung:
-                fn(*args)
+                _call(impl, kwargs)
+            return
+        if self.dropping and hook in LOGGING_HOOKS:
+            self.rec.dropped += 1
             return
         self._ensure_started()
-        item = (hook, fn, args, kwargs.get("step"))
+        item = (hook, impl, kwargs, kwargs.get("step"))
         try:
             self.queue.put_nowait(item)
         except queue.Full:
-            self.waits += 1
-            if not self.waited_full:
-                self.waited_full = True
-                log.warning(
-                    f"backend {self.rec.name!r} is slower than training: its queue is full "
-                    f"({self.queue_size} calls), so the training thread waits for it (nothing is dropped). "
-                    f"Raise its queue_size, log less often, or make the backend faster.",
-                    plugin=self.rec.name, path=self.rec.path, hook=hook,
-                )
-            try:
-                self.queue.put(item, timeout=self.put_timeout_s)
-            except queue.Full:
-                self._declare_hung(f"its queue stayed full for put_timeout_s={self.put_timeout_s:g} s")
-                return
+            self._put_waiting(item, hook)
         self._raise_pending()
+
+    def _put_waiting(self, item: tuple, hook: str) -> None:
+        self.waits += 1
+        if not self.waited_full:
+            self.waited_full = True
+            log.warning(
+                f"backend {self.rec.name!r} is slower than training: its queue is full "
+                f"({self.queue_size} calls), so the training thread waits for it, at most "
+                f"max_wait_s={self.max_wait_s:g} s in total for this run before its calls are dropped. "
+                f"Raise its queue_size, log less often, or make the backend faster.",
+                plugin=self.rec.name, path=self.rec.path, hook=hook,
+            )
+        budget = self.max_wait_s - self.waited_s
+        timeout = min(self.put_timeout_s, max(budget, 0.0))
+        t0 = time.monotonic()
+        try:
+            self.queue.put(item, timeout=timeout)
+        except queue.Full:
+            self.waited_s += time.monotonic() - t0
+            if timeout >= self.put_timeout_s:
+                self._declare_hung(f"its queue stayed full for put_timeout_s={self.put_timeout_s:g} s")
+            else:
+                self._start_dropping(item[3])
+            return
+        self.waited_s += time.monotonic() - t0
+
+    def _start_dropping(self, step: int | None) -> None:
+        self.dropping = True
+        self.rec.dropped += 1  # the call that did not fit
+        log.error(
+            f"backend {self.rec.name!r} is too slow: the training thread waited {self.waited_s:.1f} s in total "
+            f"for it (max_wait_s={self.max_wait_s:g}), so its logging calls are dropped from step {step} on "
+            f"({self.queue.qsize()} queued calls are still delivered); it still gets on_run_end. "
+            f"The dropped calls are counted and reported at run end. Other backends are not affected.",
+            plugin=self.rec.name, path=self.rec.path, distribution=self.rec.distribution, step=step,
+        )
 
     def _raise_pending(self) -> None:
         exc, self._pending_raise = self._pending_raise, None
         if exc is not None:
-            raise exc  # RunManager.call routes it through _failed -> PluginError (on_error: raise)
+            raise exc  # a PluginError naming the hook that failed; the host's policy re-raises it
 
     def _ensure_started(self) -> None:
         if self.thread is not None:
@@ -260,9 +312,8 @@ class BackendDispatcher:
             deadline = time.monotonic() + self.flush_timeout_s
             try:
                 if status is not None and "on_run_end" in self._impls:
-                    fn, _ = self._impls["on_run_end"]
-                    args = tuple({"status": status}[a] for a in self._args["on_run_end"])
-                    self.queue.put(("on_run_end", fn, args, None), timeout=self.flush_timeout_s)
+                    item = ("on_run_end", self._impls["on_run_end"], {"status": status}, None)
+                    self.queue.put(item, timeout=self.flush_timeout_s)
                 self.queue.put(_STOP, timeout=max(0.0, deadline - time.monotonic()))
             except queue.Full:
                 pass
@@ -278,8 +329,10 @@ class BackendDispatcher:
         self.hung = True
         self.closed = True
         self.rec.disabled = True
+        queued = self.queue.qsize()
+        self.rec.dropped += queued
         log.error(
-            f"backend {self.rec.name!r} looks hung: {why}; {self.queue.qsize()} queued call(s) are "
+            f"backend {self.rec.name!r} looks hung: {why}; {queued} queued call(s) are "
             f"abandoned and it is disabled. Other backends are not affected.",
             plugin=self.rec.name, path=self.rec.path, distribution=self.rec.distribution,
         )
@@ -296,17 +349,21 @@ class BackendDispatcher:
             if isinstance(item, threading.Event):
                 item.set()
                 continue
-            hook, fn, args, step = item
+            hook, impl, kwargs, step = item
             if (rec.disabled and hook != "on_run_end") or self._stopped_by_raise or self.hung:
+                if hook in LOGGING_HOOKS:
+                    rec.dropped += 1
                 continue  # a disabled backend's queue still drains, so producers never block on it
             try:
-                fn(*args)
+                _call(impl, kwargs)
             except Exception as exc:  # noqa: BLE001 - routed through the component's policy
                 self._failed(hook, step, exc)
             else:
                 rec.failures = 0
             finally:
                 self.calls += 1
+            if hook == "on_run_start":
+                _register_exit_hook()  # after the backend's own start-up registered its handlers
 
     def _failed(self, hook: str, step: int | None, exc: Exception) -> None:
         if self.rec.on_error == "raise":
@@ -314,28 +371,23 @@ class BackendDispatcher:
             if hasattr(exc, "add_note"):  # Python >= 3.11; on 3.10 the PluginError still names plugin and hook
                 exc.add_note(note)
             self._stopped_by_raise = True
-            self._pending_raise = exc
+            self._pending_raise = PluginError(self.rec.name, hook, exc, self.rec.distribution)
             return
         with _policy_lock:
-            self.manager._failed(self.rec, hook, exc)
+            try:
+                self.on_failure(self.rec, hook, exc)
+            except Exception as policy_exc:  # noqa: BLE001 - the worker thread must keep draining
+                log.error("failure policy raised on a dispatch thread", plugin=self.rec.name, hook=hook,
+                          error=f"{type(policy_exc).__name__}: {policy_exc}")
 
 
 def _register_exit_hook() -> None:
-    """Drain the queues at interpreter exit, before atexit handlers (wandb's own among them) run."""
-    global _exit_hook_registered
-    if _exit_hook_registered:
-        return
-    _exit_hook_registered = True
-    register = getattr(threading, "_register_atexit", None)  # runs before atexit callbacks
+    """(Re-)register ``close_all`` with atexit so it runs before every handler registered so far."""
     try:
-        if register is not None:
-            register(close_all)
-            return
+        atexit.unregister(close_all)
+        atexit.register(close_all)
     except RuntimeError:  # interpreter already shutting down
         pass
-    import atexit
-
-    atexit.register(close_all)
 
 
 def close_all(status: str = "interrupted") -> None:
@@ -353,6 +405,15 @@ def live_dispatchers() -> list[BackendDispatcher]:
     """Dispatchers with a running thread (for tests and diagnostics)."""
     with _live_lock:
         return list(_live)
+
+
+def flush_components(components: Any) -> None:
+    """Drain the live backends among ``components`` (at a run's end, before its status is decided):
+    one that does not drain within its ``flush_timeout_s`` is declared hung."""
+    wanted = {id(c) for c in components}
+    for d in live_dispatchers():
+        if id(d.rec) in wanted and not d.flush():
+            d._declare_hung(f"it did not finish within flush_timeout_s={d.flush_timeout_s:g} s")
 
 
 def flush_all(timeout: float | None = None) -> bool:

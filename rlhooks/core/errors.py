@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import attrs
 
@@ -54,16 +54,37 @@ class BrokenPluginError(RegistryError):
     pass
 
 
-class PluginError(RLHooksError):
-    """A plugin raised while steering training (sampler, filter) or under ``on_error: raise``."""
+#: the hint of a failing component whose run could go on without it (an observer under raise)
+WARN_HINT = "set on_error: warn for this component to log and continue instead"
 
-    def __init__(self, plugin: str, hook: str, error: BaseException, distribution: str | None = None):
+
+class PluginError(RLHooksError):
+    """A plugin raised while steering training (sampler, filter) or under ``on_error: raise``.
+
+    ``frames`` are "file:line in function: source" lines of the plugin's own code (innermost
+    last); ``hint`` says what to do, or is None where no setting would help.
+    """
+
+    def __init__(
+        self,
+        plugin: str,
+        hook: str,
+        error: BaseException,
+        distribution: str | None = None,
+        *,
+        frames: Sequence[str] = (),
+        hint: str | None = WARN_HINT,
+    ):
         self.plugin, self.hook, self.error, self.distribution = plugin, hook, error, distribution
+        self.frames, self.hint = list(frames), hint
         dist = f" from {distribution}" if distribution else ""
-        super().__init__(
-            f"plugin {plugin!r}{dist} failed in {hook}: {type(error).__name__}: {error}\n"
-            f"  (set on_error: warn for this component to log and continue instead)"
-        )
+        lines = [f"plugin {plugin!r}{dist} failed in {hook}: {type(error).__name__}: {error}"]
+        if self.frames:
+            lines.append("  in the plugin's code (innermost last):")
+            lines += [f"    {f}" for f in self.frames]
+        if hint:
+            lines.append(f"  ({hint})")
+        super().__init__("\n".join(lines))
 
 
 class GenerationLimitError(RLHooksError):

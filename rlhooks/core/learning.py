@@ -269,3 +269,31 @@ def _decode(value: Any) -> np.ndarray:
         raw = zlib.decompress(base64.b64decode(value["zlib_b64"]))
         return np.frombuffer(raw, dtype=np.dtype(value["dtype"]))
     return np.asarray(value)
+
+
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer over a uint64 array (wrapping arithmetic)."""
+    x = x ^ (x >> _S30)
+    x = x * _M1
+    x = x ^ (x >> _S27)
+    x = x * _M2
+    return x ^ (x >> _S31)
+
+
+def keyed_uniforms(words: tuple[int, ...] | list[int], index: Any) -> np.ndarray:
+    """One U[0, 1) per entry of ``index``, a hash of (``words``, row index, position).
+
+    For decisions that must be reproducible from a batch alone (a resumed run makes the same
+    ones without saving an RNG stream): ``words`` are e.g. (seed, step, generation, draw).
+    """
+    k = np.zeros(1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for w in words:
+            k = _mix64(k ^ np.uint64(int(w) & 0xFFFFFFFFFFFFFFFF))
+        idx = np.asarray(index, dtype=np.int64).astype(np.uint64)
+        h = _mix64(_mix64(idx ^ k[0]) ^ np.arange(len(idx), dtype=np.uint64))
+    return (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)

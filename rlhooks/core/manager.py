@@ -10,36 +10,48 @@ subsets and all), so that each plugin's failure can be handled by its own ``on_e
   plugin after ``MAX_CONSECUTIVE_FAILURES`` failures in a row (default for observers);
 * ``disable`` -- log once and disable the plugin at its first failure.
 
+A failure under ``raise`` lists the frames of the plugin's own code, and suggests ``on_error:
+warn`` only where going on would make sense (``_raise_hint``). At registration, public methods
+named like a hook but not decorated with ``@hookimpl`` are warned about, and so is a sampler
+that cannot save its state (an error with strict plugins).
+
 ``RLHOOKS_TRACE=1`` (or ``run.trace_hooks``) logs every hook call with plugin and duration.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
+import inspect
 import os
+import sys
 import time
+import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from numbers import Number
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
 import pluggy
 import structlog
 
-from rlhooks.core import dispatch, hookspecs
+from rlhooks.core import dispatch, hookspecs, rundir
 from rlhooks.core.batch import Batch
-from rlhooks.core.components import FilterDecision, Sampler, instantiate
+from rlhooks.core.components import FilterDecision, instantiate
 from rlhooks.core.config import ComponentConfig, Config
 from rlhooks.core.data import DatasetColumns
-from rlhooks.core.errors import PluginError, RegistryError
+from rlhooks.core.errors import WARN_HINT, PluginError, RegistryError, RLHooksError
 from rlhooks.core.learning import LearningState
 from rlhooks.core.pregen import PromptStage
 from rlhooks.core.registry import Registry
 from rlhooks.core.rewards import RewardPipeline
 from rlhooks.core.run import RunContext
+
+if TYPE_CHECKING:  # the Sampler base imports torch; only annotations need it here
+    from rlhooks.core.sampler import Sampler
 
 log = structlog.get_logger("rlhooks.manager")
 
@@ -65,6 +77,12 @@ class Registered:
     reported: set[str] = attrs.field(factory=set)  # hooks whose failure was already logged
     #: hooks run on a background thread (core/dispatch.py), which counts successes itself
     deferred: bool = False
+    #: failures per hook (every one counted, reported at run end)
+    failures_by_hook: dict[str, int] = attrs.field(factory=dict)
+    #: logging calls this component never received (disabled, hung, or dropped as too slow)
+    dropped: int = 0
+    #: from the config (its on_error can be set there); False for objects an engine registered
+    configured: bool = True
 
     @property
     def label(self) -> str:
@@ -73,6 +91,14 @@ class Registered:
 
 class HookValidationError(RegistryError):
     """A plugin implements a hook that does not exist or asks for arguments a hook lacks."""
+
+
+class ContractViolation(RLHooksError):
+    """A component returned something its contract does not allow (a bug in the component)."""
+
+
+class SamplerStateError(RegistryError):
+    """Strict plugin mode: a sampler cannot save its state, so a resumed run would not restore it."""
 
 
 class RunManager:
@@ -99,6 +125,8 @@ class RunManager:
         self._emitted: list[tuple[str, int, str, Any]] = []
         self.context = RunContext(config, self.run_dir, self._emit)
         self.sampler: Sampler | None = None
+        #: the status on_run_end got, once the run ended (None before)
+        self.final_status: str | None = None
         self.filters: list[tuple[Registered, Any]] = []
         self.prompt_filters: list[tuple[Registered, Any]] = []
         #: the prompt-level learning state (core/learning.py), once the engine attached its data
@@ -126,7 +154,7 @@ class RunManager:
                     )
                 (self.filters if comp.kind == "filter" else self.prompt_filters).append((rec, obj))
         for name, obj in extra_plugins:
-            self._register_object(name, "plugin", name, "engine", obj, "warn")
+            self._register_object(name, "plugin", name, "engine", obj, "warn", configured=False)
         self.rewards = RewardPipeline.from_components(reward_fns)
         self._check_pending()
 
@@ -135,13 +163,16 @@ class RunManager:
         try:
             return instantiate(comp.obj, comp.options)
         except Exception as exc:
-            raise PluginError(comp.name, "__init__", exc, comp.distribution) from exc
+            raise _init_error(comp, exc) from exc
 
     def _register(self, comp: ComponentConfig, obj: Any) -> Registered:
         return self._register_object(comp.name, comp.kind, comp.path, comp.distribution, obj, comp.on_error)
 
-    def _register_object(self, name: str, kind: str, path: str, dist: str, obj: Any, on_error: str) -> Registered:
-        rec = Registered(name=name, kind=kind, path=path, distribution=dist, obj=obj, on_error=on_error)
+    def _register_object(
+        self, name: str, kind: str, path: str, dist: str, obj: Any, on_error: str, *, configured: bool = True
+    ) -> Registered:
+        rec = Registered(name=name, kind=kind, path=path, distribution=dist, obj=obj, on_error=on_error,
+                         configured=configured)
         plugin_name = f"{path}:{name}"
         try:
             self.pm.register(self._wrap(rec), name=plugin_name)
@@ -153,11 +184,18 @@ class RunManager:
         self.components.append(rec)
         self._by_plugin_name[plugin_name] = rec
         self._impl_cache.clear()
+        for method, hook in undecorated_hook_methods(obj):
+            what = "is named like the hook" if method == hook else "looks like a misspelling of the hook"
+            log.warning(
+                f"{kind} {name!r} ({dist}) at {path}: method {method!r} {what} {hook!r} but is not decorated "
+                f"with @hookimpl, so it is never called; decorate it (from rlhooks import hookimpl) or rename it",
+                plugin=name, path=path, method=method, hook=hook,
+            )
         return rec
 
     def _wrap(self, rec: Registered) -> Any:
         """The object registered for a component (backends get a dispatch proxy, see dispatch.py)."""
-        return dispatch.wrap(self, rec)
+        return dispatch.wrap(rec, self._failed)
 
     def _check_pending(self) -> None:
         try:
@@ -197,7 +235,19 @@ class RunManager:
         try:
             sampler = comp.obj(comp.options, data, batch_size=batch_size, seed=self.config.run.seed if seed is None else seed)
         except Exception as exc:
-            raise PluginError(comp.name, "__init__", exc, comp.distribution) from exc
+            raise _init_error(comp, exc) from exc
+        missing = [m for m in ("state_dict", "load_state_dict") if not callable(getattr(sampler, m, None))]
+        if missing:
+            msg = (
+                f"sampler {comp.name!r} ({comp.distribution}) at {comp.path} has no {' or '.join(missing)}(): "
+                f"a resumed run will not restore its position or what it learned, and starts it over"
+            )
+            if self.config.run.strict_plugins or self.registry.strict:
+                raise SamplerStateError(
+                    f"{msg}.\n  Strict plugin mode makes this an error: implement state_dict() and "
+                    f"load_state_dict() (rlhooks.Sampler requires them), or turn run.strict_plugins off."
+                )
+            log.warning(msg, plugin=comp.name, path=comp.path, missing=missing)
         self._register(comp, sampler)
         self._check_pending()
         self.sampler = sampler
@@ -234,6 +284,8 @@ class RunManager:
         """Implementations called one at a time, lazily: the caller sees a result before the next call."""
         for rec, fn, argnames in self._impls(hook):
             if rec.disabled and hook != "on_run_end":  # still ends: it closes files, stops its backend thread
+                if hook in dispatch.LOGGING_HOOKS:
+                    rec.dropped += 1
                 continue
             t0 = time.perf_counter() if self.trace else 0.0
             try:
@@ -248,16 +300,22 @@ class RunManager:
             yield rec, result
 
     def _failed(self, rec: Registered, hook: str, exc: BaseException) -> None:
+        if isinstance(exc, PluginError) and exc.plugin == rec.name:  # from a dispatch thread: its own hook
+            hook, exc = exc.hook, exc.error
         rec.failures += 1
         rec.total_failures += 1
+        rec.failures_by_hook[hook] = rec.failures_by_hook.get(hook, 0) + 1
         if rec.on_error == "raise":
-            raise PluginError(rec.name, hook, exc, rec.distribution) from exc
+            raise PluginError(
+                rec.name, hook, exc, rec.distribution, frames=plugin_frames(exc, rec.obj, hook), hint=_raise_hint(rec, exc)
+            ) from exc
         if hook not in rec.reported:
             rec.reported.add(hook)
             log.error(
                 f"plugin {rec.name!r} failed in {hook}; the run goes on without it",
                 plugin=rec.name, path=rec.path, distribution=rec.distribution,
-                error=f"{type(exc).__name__}: {exc}", exc_info=exc,
+                # an OSError (disk full, a lost mount) is the environment, not a bug: no traceback
+                error=f"{type(exc).__name__}: {exc}", exc_info=None if isinstance(exc, OSError) else exc,
             )
         if rec.on_error == "disable" or rec.failures >= MAX_CONSECUTIVE_FAILURES:
             rec.disabled = True
@@ -317,17 +375,63 @@ class RunManager:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[RunManager]:
-        """on_run_start on entry; on_run_end with success/failed/interrupted on exit, always."""
+        """on_run_start on entry; on_run_end with success/failed/interrupted on exit, always.
+
+        The run directory is locked for the duration (core/rundir.py). A run whose training
+        succeeded but whose logging backends lost data (failed calls, disabled, hung, or dropped
+        as too slow) ends "failed", never "success": the backends are drained first, so their
+        last failures count. Every failure is reported per component at the end.
+        """
         status = "failed"
-        try:
-            self.start()
-            yield self
-            status = "success"
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
-        finally:
-            self.end(status)
+        with rundir.locked(self.run_dir, "rlhooks run"):
+            try:
+                self.start()
+                yield self
+                status = "success"
+            except KeyboardInterrupt:  # Ctrl-C, and SIGTERM through core/interrupt.py
+                status = "interrupted"
+                raise
+            finally:
+                if status == "success":
+                    dispatch.flush_components(self.components)
+                    if self.lost_data():
+                        status = "failed"
+                self.final_status = status
+                try:
+                    self.end(status)
+                finally:
+                    self.report_failures()
+
+    def lost_data(self) -> list[str]:
+        """One line per logging backend that lost data this run (empty when none did)."""
+        out = []
+        for rec in self.components:
+            if rec.kind != "backend":
+                continue
+            failed = sum(n for h, n in rec.failures_by_hook.items() if h != "on_run_end")
+            if failed or rec.dropped:
+                out.append(f"{rec.label}: {failed} failed call(s), {rec.dropped} call(s) not delivered"
+                           + (", disabled" if rec.disabled else ""))
+        return out
+
+    def failure_summary(self) -> dict[str, dict[str, Any]]:
+        """``{component label: {failures, by_hook, dropped, disabled}}`` for every component with a
+        failure or a call it did not receive (written to summary.json by the simulator)."""
+        return {
+            rec.label: {"failures": rec.total_failures, "by_hook": dict(rec.failures_by_hook),
+                        "dropped": rec.dropped, "disabled": rec.disabled}
+            for rec in self.components if rec.total_failures or rec.dropped
+        }
+
+    def report_failures(self) -> None:
+        """Log one line per component that failed or missed calls during the run."""
+        for label, info in self.failure_summary().items():
+            hooks = ", ".join(f"{h} x{n}" for h, n in info["by_hook"].items()) or "none"
+            log.warning(
+                f"plugin {label} failed {info['failures']} time(s) this run ({hooks}); "
+                f"{info['dropped']} call(s) not delivered" + ("; it was disabled" if info["disabled"] else ""),
+                plugin=label, failures=info["failures"], dropped=info["dropped"],
+            )
 
     def _emit(self, hook: str, step: int, name: str, payload: Any) -> None:
         self._emitted.append((hook, step, name, payload))
@@ -357,14 +461,14 @@ class RunManager:
                     mask, extra = decision, {}
                 mask = np.asarray(mask)
                 if mask.dtype != bool or mask.shape != (len(batch),):
-                    raise TypeError(
+                    raise ContractViolation(
                         f"select() must return a bool mask of shape ({len(batch)},), got {mask.dtype} {mask.shape}"
                     )
                 if len(batch) and "uid" in batch:
                     g = batch.groups
                     kept_rows = g.sum(mask)
                     if np.any((kept_rows > 0) & (kept_rows < g.sizes)):
-                        raise ValueError("select() kept only part of a group; a filter must keep or drop whole groups")
+                        raise ContractViolation("select() kept only part of a group; a filter must keep or drop whole groups")
             except Exception as exc:  # noqa: BLE001
                 self._failed(rec, "select", exc)
                 continue
@@ -401,6 +505,93 @@ class RunManager:
                 log.warning("saved state for a component that is not in this run; ignored", path=path)
                 continue
             rec.obj.load_state_dict(sub)
+
+
+# -- plugin mistakes: what the error or warning says ---------------------------------------------
+#: steering components: going on without them (on_error: warn) would train on unsteered data
+_STEERING = ("sampler", "filter", "prompt_filter")
+_MAX_FRAMES = 6
+
+
+def _raise_hint(rec: Registered, exc: BaseException) -> str | None:
+    """What to do about a failure under on_error: raise, or None where no setting would help."""
+    if isinstance(exc, ContractViolation):
+        return f"a bug in {rec.distribution}: report it there; no on_error setting makes this result usable"
+    if rec.kind in _STEERING:
+        return None  # on_error: warn would train on batches this component did not steer
+    if not rec.configured:
+        return None  # registered by the engine: no config entry to set on_error on
+    return WARN_HINT.replace("for this component", f"at {rec.path}")
+
+
+def _init_error(comp: ComponentConfig, exc: BaseException) -> PluginError:
+    """A component could not be built: on_error is about hooks at run time, so no hint about it."""
+    return PluginError(
+        comp.name, "__init__", exc, comp.distribution, frames=plugin_frames(exc, comp.obj, "__init__"),
+        hint=f"check the options at {comp.path}; a component that cannot be built stops the run whatever its on_error",
+    )
+
+
+def _code_root(obj: Any) -> str | None:
+    """The directory (or file) holding a plugin's own code: its top-level package, or for
+    rlhooks' built-ins the rlhooks/plugins directory (rlhooks' core is not the plugin's code)."""
+    target = obj if inspect.isclass(obj) or inspect.isroutine(obj) else type(obj)
+    module = sys.modules.get(getattr(target, "__module__", "") or "")
+    path = getattr(module, "__file__", None)
+    if module is None or not path:
+        return None
+    top = module.__name__.split(".")[0]
+    if top == "rlhooks":
+        parts = module.__name__.split(".")
+        return os.path.dirname(path) if parts[:2] != ["rlhooks", "plugins"] else os.path.join(
+            os.path.dirname(sys.modules["rlhooks"].__file__ or ""), "plugins")
+    top_module = sys.modules.get(top)
+    top_file = getattr(top_module, "__file__", None)
+    if top_file and os.path.basename(top_file) == "__init__.py":
+        return os.path.dirname(top_file)
+    return path
+
+
+def plugin_frames(exc: BaseException, obj: Any, hook: str) -> list[str]:
+    """``file:line in function: source`` of the traceback frames in the plugin's own code,
+    innermost last. Without such frames (it returned something invalid), where the hook is defined."""
+    root = _code_root(obj)
+    if root is None:
+        return []
+    frames = [
+        f for f in traceback.extract_tb(exc.__traceback__)
+        if f.filename == root or f.filename.startswith(root.rstrip(os.sep) + os.sep)
+    ]
+    if frames:
+        return [f"{f.filename}:{f.lineno} in {f.name}" + (f": {f.line.strip()}" if f.line else "")
+                for f in frames[-_MAX_FRAMES:]]
+    fn = getattr(obj, hook, None) if hook != "__init__" else None
+    try:
+        fn = inspect.unwrap(fn) if fn is not None else None
+        file, line = inspect.getsourcefile(fn), inspect.getsourcelines(fn)[1]  # type: ignore[arg-type]
+    except (TypeError, OSError):
+        return []
+    return [f"{file}:{line} in {hook} (the implementation that returned it)"]
+
+
+def undecorated_hook_methods(obj: Any) -> list[tuple[str, str]]:
+    """``(method, hook)`` for public methods named like a hook, or a near-miss spelling of one,
+    that are not decorated with @hookimpl (pluggy never calls them)."""
+    marker = hookspecs.PROJECT + "_impl"
+    out = []
+    for attr in dir(obj):
+        if attr.startswith("_"):
+            continue
+        close = difflib.get_close_matches(attr, hookspecs.HOOK_NAMES, n=1, cutoff=0.85)
+        if not close:
+            continue
+        try:
+            value = getattr(obj, attr)
+        except Exception:  # noqa: BLE001 - a property may raise before the run starts
+            continue
+        if callable(value) and not isinstance(getattr(value, marker, None), dict):
+            out.append((attr, close[0]))
+    return out
 
 
 _PLAIN_NUMBERS = (float, int)

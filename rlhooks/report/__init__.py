@@ -111,6 +111,8 @@ def _page(runs: list[RunData], charts: list[tuple[str, Path]], notes: list[str])
             f"<figure id='{_esc(path.stem)}'><img alt='{_esc(chart_title)}' src='data:image/png;base64,{data}'>"
             f"<figcaption>{_esc(chart_title)} — <a href='{_esc(path.name)}'>{_esc(path.name)}</a></figcaption></figure>"
         )
+    parts.append("<h2 id='alerts'>Alerts</h2>")
+    parts.extend(_alerts_section(r) for r in runs)
     parts.append("<h2>Samples</h2>")
     any_table = False
     for run in runs:
@@ -132,6 +134,44 @@ def _page(runs: list[RunData], charts: list[tuple[str, Path]], notes: list[str])
         parts.append(f"<details><summary>{_esc(run.name)}</summary><pre>{_esc(json.dumps(run.config, indent=2, default=str))}</pre></details>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+MONITOR_SUMMARY = "reward_monitor.json"  # the reward monitor's run-end summary, next to metrics.jsonl
+
+
+def _alerts_section(run: RunData) -> str:
+    """The run's alert summary from the reward monitor's run-end file (or what metrics.jsonl says)."""
+    head = f"<h3>{_esc(run.name)}</h3>"
+    path = Path(run.path).parent / MONITOR_SUMMARY
+    try:
+        alerts = json.loads(path.read_text(encoding="utf-8")).get("alerts")
+    except FileNotFoundError:
+        alerts = None
+    except (OSError, ValueError, AttributeError) as exc:
+        return head + f"<p class='note'>cannot read {_esc(path.name)}: {_esc(exc)}</p>"
+    if not isinstance(alerts, dict):
+        total = run.last("alerts/total")
+        if total is None:
+            return head + "<p class='muted'>No alert metrics (the reward_monitor plugin logs them).</p>"
+        return head + (f"<p>{int(total)} alert(s) so far; the run-end summary ({_esc(MONITOR_SUMMARY)}) is not "
+                       "written yet (the run is unfinished or has no reward_monitor).</p>")
+    by_level = alerts.get("by_level") or {}
+    out = [head, f"<p><b>{int(alerts.get('total', 0))}</b> alert(s): "
+           + ", ".join(f"{_esc(k)} {int(v)}" for k, v in by_level.items()) + "</p>"]
+    by_metric = alerts.get("by_metric") or {}
+    if by_metric:
+        out.append("<table><tr><th>metric</th><th>alerts</th><th>first step</th><th>last step</th></tr>" + "".join(
+            f"<tr><td>{_esc(m)}</td><td class='num'>{int(v.get('count', 0))}</td><td class='num'>{_esc(v.get('first_step'))}"
+            f"</td><td class='num'>{_esc(v.get('last_step'))}</td></tr>" for m, v in by_metric.items()) + "</table>")
+    recent = alerts.get("recent") or []
+    if recent:
+        out.append("<details><summary>latest alerts</summary><table><tr><th>step</th><th>level</th><th>message</th></tr>"
+                   + "".join(f"<tr><td class='num'>{_esc(a.get('step'))}</td><td>{_esc(a.get('level'))}</td>"
+                             f"<td>{_esc(a.get('message'))}</td></tr>" for a in recent) + "</table></details>")
+    for miss in alerts.get("never_seen") or []:
+        hint = f"; did you mean {', '.join(miss.get('did_you_mean') or [])}?" if miss.get("did_you_mean") else ""
+        out.append(f"<p class='note'>alert on {_esc(miss.get('metric'))} never checked: no step logged it{_esc(hint)}</p>")
+    return "".join(out)
 
 
 def _runs_table(runs: list[RunData]) -> str:

@@ -47,6 +47,8 @@ from rlhooks.testing.contracts import (  # noqa: E402
     OnRunEndContract,
     OnRunStartContract,
     OnStepEndContract,
+    hook_checked_by,
+    implemented_hooks,
 )
 from rlhooks.testing.factories import (  # noqa: E402
     ODD_STRINGS,
@@ -67,5 +69,5 @@ __all__ = [
     "ComponentContract", "SamplerContract", "FilterContract", "RewardFunctionContract", "BackendContract",
     "ReadBack", "PromptFilterContract", "HOOK_CONTRACTS", "COMPONENT_CONTRACTS", "PluginHarness", "RecordingRun",
     "make_dataset", "make_prompt_batch", "make_trajectory_batch", "make_step_metrics", "make_table_rows",
-    "make_run_context", "make_config", "batch_differences", "ODD_STRINGS",
+    "make_run_context", "make_config", "batch_differences", "ODD_STRINGS", "hook_checked_by", "implemented_hooks",
 ]

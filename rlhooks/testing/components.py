@@ -3,7 +3,7 @@
 Each builds the component the way a run does: the author gives the object an entry point names
 (``component``: the class or function) and the options a config would hold
 (``component_options``: a dict, default ``{}``), and the kit structures the options into the
-component's attrs ``Options`` class exactly as ``rlhooks.load_config`` does::
+component's attrs ``Options`` class exactly as ``rlhooks.host.load_config`` does::
 
     class TestMyFilter(FilterContract):
         @pytest.fixture
@@ -35,7 +35,6 @@ from typing import Any, ClassVar
 import attrs
 import numpy as np
 import pytest
-import torch.utils.data
 
 from rlhooks.core.batch import Batch
 from rlhooks.core.components import FilterDecision, RewardFunction, instantiate, is_reward_function, options_class
@@ -63,7 +62,6 @@ KIND_SECTION = {kind: section for section, (kind, _) in SECTIONS.items() if sect
 class ComponentContract(HookPluginContract):
     """Building a component from its options; optional entry-point and YAML checks."""
 
-    kind: ClassVar[str] = "plugin"
     requires_hooks: ClassVar[bool] = False
 
     @pytest.fixture
@@ -77,16 +75,6 @@ class ComponentContract(HookPluginContract):
     def component_options(self) -> dict[str, Any]:
         """Options as a config would give them (a YAML mapping without ``name``)."""
         return {}
-
-    @pytest.fixture
-    def entry_point_name(self) -> str | None:
-        """The installed entry-point name; None skips the entry-point and YAML checks."""
-        return None
-
-    @pytest.fixture
-    def component_kind(self) -> str:
-        """The component's kind (sampler, filter, reward, backend, plugin); the class's ``kind`` by default."""
-        return self.kind
 
     @pytest.fixture
     def options(self, component: Any, component_options: dict[str, Any]) -> Any:
@@ -224,14 +212,17 @@ class SamplerContract(ComponentContract):
             h.pm.unregister(name=checks.PLUGIN_NAME)
 
     @staticmethod
-    def _reloaded(sampler_factory: Callable[..., Any], state: Any, seed: int = 0) -> Any:
-        # Through pickle, as a checkpoint would store it.
+    def _reloaded(sampler_factory: Callable[..., Any], state: Any, seed: int) -> Any:
+        # Through pickle, as a checkpoint would store it. The fresh sampler gets the same seed, as
+        # an engine resuming a run builds it from the same config: a sampler need not store its seed.
         fresh = sampler_factory(seed=seed)
         fresh.load_state_dict(pickle.loads(pickle.dumps(state)))
         return fresh
 
     # -- checks ------------------------------------------------------------------------------
     def test_sampler_is_torch_sampler_with_state(self, plugin: Any) -> None:
+        import torch.utils.data  # here, not at module level: the pytest plugin must not import torch
+
         assert isinstance(plugin, torch.utils.data.Sampler), f"{describe(plugin)} must subclass torch.utils.data.Sampler"
         for method in ("state_dict", "load_state_dict", "__iter__", "__len__"):
             assert callable(getattr(plugin, method, None)), f"{describe(plugin)} has no {method}()"
@@ -253,7 +244,7 @@ class SamplerContract(ComponentContract):
         s = sampler_factory(seed=1)
         state = s.state_dict()
         expected = _IndexStream(s).take(batch_size * 3)
-        got = _IndexStream(self._reloaded(sampler_factory, state, seed=99)).take(batch_size * 3)
+        got = _IndexStream(self._reloaded(sampler_factory, state, seed=1)).take(batch_size * 3)
         assert got == expected, "a fresh sampler loaded with another's initial state_dict() draws different indices"
 
     def test_sampler_state_round_trip_mid_epoch(self, sampler_factory: Callable[..., Any], batch_size: int) -> None:
@@ -263,7 +254,7 @@ class SamplerContract(ComponentContract):
         stream.take(batch_size * 2 + 3)
         state = s.state_dict()
         expected = stream.take(batch_size * 3)
-        got = _IndexStream(self._reloaded(sampler_factory, state)).take(batch_size * 3)
+        got = _IndexStream(self._reloaded(sampler_factory, state, seed=2)).take(batch_size * 3)
         assert got == expected, (
             "after loading a mid-epoch state_dict(), the next indices differ from an uninterrupted run's; "
             "the state must include the position within the epoch (and the RNG)"
@@ -278,7 +269,7 @@ class SamplerContract(ComponentContract):
         self._feedback(s, stream, batch_size, trajectory_batch_factory, steps=4)
         state = s.state_dict()
         expected = stream.take(batch_size * 3)
-        got = _IndexStream(self._reloaded(sampler_factory, state)).take(batch_size * 3)
+        got = _IndexStream(self._reloaded(sampler_factory, state, seed=4)).take(batch_size * 3)
         assert got == expected, "after reward feedback, a sampler loaded from state_dict() draws different indices"
 
     def test_sampler_state_dict_is_a_snapshot(self, sampler_factory: Callable[..., Any], batch_size: int,
@@ -291,7 +282,7 @@ class SamplerContract(ComponentContract):
         frozen = pickle.dumps(state)
         expected = stream.take(batch_size * 2)
         self._feedback(s, stream, batch_size, trajectory_batch_factory, steps=2)
-        got = _IndexStream(self._reloaded(sampler_factory, state)).take(batch_size * 2)
+        got = _IndexStream(self._reloaded(sampler_factory, state, seed=5)).take(batch_size * 2)
         assert pickle.dumps(state) == frozen and got == expected, (
             "state_dict() returned live references that changed as the sampler went on; return copies"
         )

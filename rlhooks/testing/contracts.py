@@ -10,7 +10,9 @@ returning a fresh instance (a module works too)::
         def plugin(self):
             return MyPlugin()
 
-Every ``test_<hook>_*`` check of a hook the plugin does not implement is skipped. Checks that
+Every ``test_<hook>_*`` check of a hook the plugin does not implement is skipped at run time, or
+not collected at all when the class can tell at collection time which hooks the plugin implements
+(``hooks_under_test``; suites parametrized over several plugins use it). Checks that
 are expected to fail are declared by name (or ``name[param-id]``) and become strict xfails::
 
         xfail_checks = {"test_on_rewards_computed_empty_batch": "needs at least one group"}
@@ -21,11 +23,13 @@ Hooks are called through a real pluggy PluginManager carrying rlhooks' specs, in
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+import attrs
 import numpy as np
 import pytest
 
@@ -44,6 +48,20 @@ from rlhooks.testing.factories import (
 )
 
 BatchFactory = Callable[..., Batch]
+
+
+def hook_checked_by(check_name: str) -> str | None:
+    """The hook a contract check exercises (hook checks are named ``test_<hook>_...``), or None."""
+    base = check_name.split("[", 1)[0]
+    for hook in sorted(HOOK_NAMES, key=len, reverse=True):
+        if base.startswith(f"test_{hook}_"):
+            return hook
+    return None
+
+
+def implemented_hooks(obj: Any) -> frozenset[str]:
+    """Hooks a plugin class, instance or module implements (methods marked with ``@rlhooks.hookimpl``)."""
+    return frozenset(h for h in HOOK_NAMES if getattr(getattr(obj, h, None), "rlhooks_impl", None) is not None)
 
 
 class _ContractBase:
@@ -94,6 +112,23 @@ class _ContractBase:
             check_none_result(harness.start(), f"{describe(harness.plugin)}.on_run_start")
         harness.started = True
         return harness
+
+    #: the plugin's class (or module), when a suite tests one known class: checks of hooks it does
+    #: not implement are then not collected (instead of skipping at run time)
+    plugin_class: ClassVar[Any] = None
+
+    @classmethod
+    def hooks_under_test(cls, params: Mapping[str, Any]) -> frozenset[str] | None:
+        """The hooks implemented by the plugin that a test's parameters select, known at collection time.
+
+        ``params`` are the test's parametrized values (``{"builtin": ...}`` for a fixture with
+        ``params``). Return None (the default) when only the ``plugin`` fixture knows; then the
+        checks of unimplemented hooks skip at run time. A suite parametrized over several plugins
+        returns ``implemented_hooks(<the plugin class>)`` so that it collects only the
+        (plugin, hook) pairs that apply; the others are deselected. By default: the hooks of
+        ``plugin_class`` when it is set.
+        """
+        return None if cls.plugin_class is None else implemented_hooks(cls.plugin_class)
 
     # -- helpers for checks ------------------------------------------------------------
     @staticmethod
@@ -401,6 +436,38 @@ class HookPluginContract(
 
     #: a hook-only plugin must implement at least one hook (components may implement none)
     requires_hooks: ClassVar[bool] = True
+    #: the component kind whose entry-point group ``entry_point_name`` is looked up in
+    kind: ClassVar[str] = "plugin"
+
+    @pytest.fixture
+    def entry_point_name(self) -> str | None:
+        """The installed entry-point name; None skips the entry-point and YAML checks."""
+        return None
+
+    @pytest.fixture
+    def component_kind(self) -> str:
+        """The component's kind (sampler, filter, reward, backend, plugin); the class's ``kind`` by default."""
+        return self.kind
+
+    def test_entry_point_resolves(self, entry_point_name: str | None, plugin: Any, component_kind: str) -> None:
+        """The installed entry point loads this plugin's class (or module), and a config naming it validates."""
+        if entry_point_name is None:
+            pytest.skip("no entry_point_name fixture given")
+        from rlhooks.core.config import SECTIONS, _converter, load_config
+        from rlhooks.core.registry import Registry
+
+        info = Registry().info(component_kind, entry_point_name)  # unknown or broken: fails here, with its error
+        loaded = info.load()
+        expected = plugin if inspect.ismodule(plugin) else type(plugin)
+        assert loaded is expected or loaded is plugin, (
+            f"entry point {info.where} loads {loaded!r}, not {describe(plugin)}"
+        )
+        item: dict[str, Any] = {"name": entry_point_name}
+        if attrs.has(type(getattr(plugin, "options", None))):  # the plugin's own options, as YAML would give them
+            item.update(_converter.unstructure(plugin.options))
+        section = next(sec for sec, (kind, _) in SECTIONS.items() if kind == component_kind and sec != "samples")
+        cfg = load_config({section: item if section == "sampler" else [item]})
+        assert any(c.name == entry_point_name for c in cfg.components())
 
     def test_registers_on_plugin_manager(self, harness: PluginHarness) -> None:
         """Registers on a pluggy PluginManager with rlhooks' specs; check_pending passes (no unknown hooks)."""

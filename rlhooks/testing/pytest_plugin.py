@@ -4,6 +4,8 @@
   importing this module does first);
 * ``xfail_checks = {"check_name": "reason"}`` on a contract subclass -> strict xfail markers
   (a key may name one parametrized case: ``"test_x[param-id]"``); unknown names are an error;
+* checks of hooks the plugin under test does not implement are deselected when the contract
+  class knows the plugin at collection time (``hooks_under_test``);
 * the ``rlhooks_run_factory`` fixture.
 """
 
@@ -17,6 +19,7 @@ from typing import Any
 import pytest
 
 import rlhooks
+from rlhooks.testing.contracts import hook_checked_by
 from rlhooks.testing.factories import RecordingRun, make_run_context
 
 
@@ -41,7 +44,23 @@ def _validate_xfail_checks(cls: type, checks: Any) -> None:
             )
 
 
+def _applies(item: pytest.Item) -> bool:
+    """False for a hook check whose plugin (known from the test's parameters) lacks that hook."""
+    cls = getattr(item, "cls", None)
+    hooks_under_test = getattr(cls, "hooks_under_test", None) if cls is not None else None
+    hook = hook_checked_by(item.name) if hooks_under_test is not None else None
+    if hook is None:
+        return True
+    callspec = getattr(item, "callspec", None)
+    hooks = hooks_under_test(dict(callspec.params) if callspec is not None else {})
+    return hooks is None or hook in hooks
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    keep = [_applies(item) for item in items]
+    if not all(keep):
+        config.hook.pytest_deselected(items=[item for item, k in zip(items, keep) if not k])
+        items[:] = [item for item, k in zip(items, keep) if k]
     validated: set[type] = set()
     for item in items:
         cls = getattr(item, "cls", None)

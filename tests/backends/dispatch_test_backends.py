@@ -23,6 +23,10 @@ ENTRY_POINTS = {
     "test_raising": "RaisingBackend",
     "test_counting": "CountingBackend",
     "test_hanging": "HangingBackend",
+    "test_flaky": "FlakyBackend",
+    "test_failing_start": "FailingStartBackend",
+    "test_wrapper": "WrapperBackend",
+    "test_old_wrapper": "OldWrapperBackend",
 }
 
 
@@ -32,6 +36,7 @@ class _Opts:
     queue_size: int = 1024
     flush_timeout_s: float = 30.0
     put_timeout_s: float = 30.0
+    max_wait_s: float = 60.0
 
 
 class CountingBackend:
@@ -105,6 +110,41 @@ class HangingBackend(CountingBackend):
     def log_metrics(self, step: int, metrics: Any) -> None:
         self.release.wait(60)
         super().log_metrics(step, metrics)
+
+
+class FlakyBackend(CountingBackend):
+    """Fails every third log_metrics call (an intermittent network error)."""
+
+    @hookimpl
+    def log_metrics(self, step: int, metrics: Any) -> None:
+        if step % 3 == 0:
+            raise ConnectionError(f"flaky upload at step {step}")
+        super().log_metrics(step, metrics)
+
+
+class FailingStartBackend(CountingBackend):
+    """Cannot start (e.g. a login that fails)."""
+
+    @hookimpl
+    def on_run_start(self, run: Any) -> None:
+        raise PermissionError("login refused")
+
+
+class WrapperBackend(CountingBackend):
+    """Wraps log_metrics with a new-style pluggy wrapper (not supported by rlhooks)."""
+
+    @hookimpl(wrapper=True)
+    def log_metrics(self, step: int, metrics: Any) -> Any:
+        result = yield
+        return result
+
+
+class OldWrapperBackend(CountingBackend):
+    """An old-style pluggy hookwrapper around log_metrics."""
+
+    @hookimpl(hookwrapper=True)
+    def log_metrics(self, step: int, metrics: Any) -> Any:
+        yield
 
 
 def install(site: Path) -> None:

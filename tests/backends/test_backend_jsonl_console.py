@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import rlhooks
+import rlhooks.host
 from rlhooks.core import dispatch
 from rlhooks.plugins.backends.console import ConsoleBackend
 from rlhooks.plugins.backends.jsonl import JsonlBackend
@@ -40,9 +41,9 @@ for _contract in CONTRACTS:
         globals()[_cls.__name__] = _cls
 
 
-def _run(tmp_path: Path, backend: dict, steps: int = 20, **extra) -> rlhooks.RunManager:
-    cfg = rlhooks.load_config({"run": {"name": "jl"}, "backends": [backend], **extra})
-    m = rlhooks.RunManager(cfg, run_dir=tmp_path / "run")
+def _run(tmp_path: Path, backend: dict, steps: int = 20, **extra) -> rlhooks.host.RunManager:
+    cfg = rlhooks.host.load_config({"run": {"name": "jl"}, "backends": [backend], **extra})
+    m = rlhooks.host.RunManager(cfg, run_dir=tmp_path / "run")
     with m.running():
         for step in range(1, steps + 1):
             m.log_metrics(step, {"rewards/mean": step / 10, "source/a/count": step, "bad/nan": float("nan"),
@@ -89,8 +90,8 @@ def test_jsonl_histogram_summary_custom_path_and_append(tmp_path: Path) -> None:
 
 
 def test_jsonl_is_readable_while_running(tmp_path: Path) -> None:
-    cfg = rlhooks.load_config({"run": {"name": "live"}, "backends": ["jsonl"]})
-    m = rlhooks.RunManager(cfg, run_dir=tmp_path / "run")
+    cfg = rlhooks.host.load_config({"run": {"name": "live"}, "backends": ["jsonl"]})
+    m = rlhooks.host.RunManager(cfg, run_dir=tmp_path / "run")
     with m.running():
         for step in range(1, 11):
             m.log_metrics(step, {"a": step})
@@ -101,7 +102,7 @@ def test_jsonl_is_readable_while_running(tmp_path: Path) -> None:
 
 def test_jsonl_bad_option_is_a_config_error() -> None:
     with pytest.raises(rlhooks.ConfigError, match=r"backends\[0\]\.histograms \(jsonl\)"):
-        rlhooks.load_config({"backends": [{"name": "jsonl", "histograms": "all"}]})
+        rlhooks.host.load_config({"backends": [{"name": "jsonl", "histograms": "all"}]})
 
 
 def test_console_line_keys_interval_and_tables(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -131,8 +132,8 @@ def test_console_opens_the_run_and_prints_above_a_progress_bar(tmp_path: Path, c
 
     from tqdm import tqdm
 
-    cfg = rlhooks.load_config({"run": {"name": "bar"}, "backends": [{"name": "console", "keys": ["a"]}]})
-    m = rlhooks.RunManager(cfg, run_dir=tmp_path / "run")
+    cfg = rlhooks.host.load_config({"run": {"name": "bar"}, "backends": [{"name": "console", "keys": ["a"]}]})
+    m = rlhooks.host.RunManager(cfg, run_dir=tmp_path / "run")
     bar = tqdm(total=3, file=sys.stdout, desc="train", mininterval=0)  # the bar and the lines share stdout
     try:
         with m.running():

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rlhooks
+import rlhooks.host
 from rlhooks import Batch
 from rlhooks.plugins.backends.samples import (
     PerSourceSamples,
@@ -78,10 +79,10 @@ def _table_rows(path: Path, name: str) -> dict[int, list[dict]]:
 
 
 def test_top_bottom_k_over_generation_batches_matches_brute_force(tmp_path: Path) -> None:
-    cfg = rlhooks.load_config({"run": {"name": "s", "seed": 3}, "backends": ["jsonl"],
+    cfg = rlhooks.host.load_config({"run": {"name": "s", "seed": 3}, "backends": ["jsonl"],
                                "samples": [{"name": "top_bottom_k", "k": 3}, {"name": "random_samples", "k": 5},
                                            {"name": "per_source_samples", "k": 1}]})
-    m = rlhooks.RunManager(cfg, run_dir=tmp_path / "run")
+    m = rlhooks.host.RunManager(cfg, run_dir=tmp_path / "run")
     rng = np.random.default_rng(0)
     seen: dict[int, list[Batch]] = {}
     with m.running():
@@ -188,7 +189,7 @@ def test_trained_rows_and_missing_key_error() -> None:
 
 def test_bad_options_are_config_errors() -> None:
     with pytest.raises(rlhooks.ConfigError) as err:
-        rlhooks.load_config({"samples": [{"name": "top_bottom_k", "k": -1, "rows": "all", "every": 0}]})
+        rlhooks.host.load_config({"samples": [{"name": "top_bottom_k", "k": -1, "rows": "all", "every": 0}]})
     text = str(err.value)
     assert "samples[0].k (top_bottom_k)" in text and "samples[0].rows (top_bottom_k)" in text
     assert "samples[0].every (top_bottom_k)" in text

@@ -11,6 +11,7 @@ import pytest
 import structlog
 
 import rlhooks
+import rlhooks.host
 from rlhooks.core import dispatch
 from rlhooks.plugins.backends.tensorboard_backend import LAYOUT, TensorBoardBackend
 from rlhooks.plugins.backends.wandb_backend import EXTRA_COLUMN, WandbBackend
@@ -54,7 +55,7 @@ def _rows(step: int) -> list[dict]:
     return rows
 
 
-def _drive(m: rlhooks.RunManager) -> None:
+def _drive(m: rlhooks.host.RunManager) -> None:
     with m.running():
         for step in range(1, STEPS + 1):
             m.log_metrics(step, _metrics(step))
@@ -68,8 +69,8 @@ def test_tensorboard_event_files_read_back(tmp_path: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.custom_scalar import layout_pb2
 
-    cfg = rlhooks.load_config({"run": {"name": "tb"}, "backends": [{"name": "tensorboard", "max_text": 8}]})
-    _drive(rlhooks.RunManager(cfg, run_dir=tmp_path / "run"))
+    cfg = rlhooks.host.load_config({"run": {"name": "tb"}, "backends": [{"name": "tensorboard", "max_text": 8}]})
+    _drive(rlhooks.host.RunManager(cfg, run_dir=tmp_path / "run"))
     acc = EventAccumulator(str(tmp_path / "run" / "tensorboard"),
                            size_guidance={"scalars": 0, "histograms": 0, "tensors": 0, "images": 0,
                                           "audio": 0, "compressedHistograms": 0})
@@ -132,9 +133,9 @@ def test_wandb_offline_run_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-env"))
     monkeypatch.setenv("WANDB_SILENT", "true")
-    cfg = rlhooks.load_config({"run": {"name": "wb"}, "backends": [
+    cfg = rlhooks.host.load_config({"run": {"name": "wb"}, "backends": [
         {"name": "wandb", "mode": "offline", "project": "rlhooks-test", "tags": ["t1"], "settings": {"console": "off"}}]})
-    m = rlhooks.RunManager(cfg, run_dir=tmp_path / "run")
+    m = rlhooks.host.RunManager(cfg, run_dir=tmp_path / "run")
     backend = m.components[0].obj
     with structlog.testing.capture_logs() as logs:
         with m.running():
@@ -201,15 +202,15 @@ def test_wandb_offline_run_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_wandb_option_errors_name_the_key() -> None:
     with pytest.raises(rlhooks.ConfigError, match=r"backends\[0\]\.mode \(wandb\)"):
-        rlhooks.load_config({"backends": [{"name": "wandb", "mode": "offlin"}]})
+        rlhooks.host.load_config({"backends": [{"name": "wandb", "mode": "offlin"}]})
 
 
 def test_wandb_incremental_table_rotates_to_bound_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # an incremental wandb.Table keeps all its rows in memory; max_incremental_rows starts a new one
     monkeypatch.setenv("WANDB_SILENT", "true")
-    cfg = rlhooks.load_config({"run": {"name": "rot"}, "backends": [
+    cfg = rlhooks.host.load_config({"run": {"name": "rot"}, "backends": [
         {"name": "wandb", "mode": "offline", "max_incremental_rows": 4, "settings": {"console": "off"}}]})
-    m = rlhooks.RunManager(cfg, run_dir=tmp_path / "run")
+    m = rlhooks.host.RunManager(cfg, run_dir=tmp_path / "run")
     backend = m.components[0].obj
     with m.running():
         for step in range(1, 6):

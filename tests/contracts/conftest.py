@@ -1,15 +1,9 @@
-"""Contract tests of the built-in plugins: shared set-up.
+"""Contract tests of the built-in plugins: shared set-up (the catalog and readers are imported
+relatively: tests/ is a package)."""
 
-The catalog module next to this file is importable from the test modules whatever pytest's
-import mode is.
-"""
-
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(autouse=True)

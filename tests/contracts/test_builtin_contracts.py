@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builtin_catalog import CATALOG, Builtin, entry_points_of_dist, of_contract, options_for
-from builtin_readers import READERS
+from .builtin_catalog import CATALOG, Builtin, entry_points_of_dist, of_contract, options_for
+from .builtin_readers import READERS
 
 from rlhooks.testing import (
     BackendContract,
@@ -23,6 +23,7 @@ from rlhooks.testing import (
     ReadBack,
     RewardFunctionContract,
     SamplerContract,
+    implemented_hooks,
     make_dataset,
 )
 
@@ -33,6 +34,12 @@ def _params(contract: str) -> list[Any]:
 
 class _FromCatalog:
     """Fixtures building one built-in from its catalog entry, as a config naming it would."""
+
+    @classmethod
+    def hooks_under_test(cls, params: dict[str, Any]) -> frozenset[str] | None:
+        # the catalog knows each built-in's class: collect only the (built-in, hook) pairs that apply
+        builtin = params.get("builtin")
+        return implemented_hooks(builtin.obj) if builtin is not None else None
 
     @pytest.fixture
     def component(self, builtin: Builtin) -> Any:

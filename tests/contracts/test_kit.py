@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from rlhooks.testing import hook_checked_by
+
 pytest_plugins = ["pytester"]
 
 BROKEN = '''
@@ -148,6 +150,89 @@ class TestNoPosition(SamplerContract):
         return NoPosition
 
 
+class SeedNotInState(Sampler):
+    """Keeps only its position in its state; its seed comes from the config, as on a real resume."""
+
+    def __init__(self, options, data, *, batch_size, seed=0):
+        super().__init__(options, data, batch_size=batch_size, seed=seed)
+        self.pos, self.epoch = 0, 0
+
+    def __iter__(self):
+        perm = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.data))
+        while self.pos < len(perm):
+            self.pos += 1
+            yield int(perm[self.pos - 1])
+        self.pos, self.epoch = 0, self.epoch + 1
+
+    def __len__(self):
+        return len(self.data)
+
+    def state_dict(self):
+        return {"pos": self.pos, "epoch": self.epoch}
+
+    def load_state_dict(self, state):
+        self.pos, self.epoch = state["pos"], state["epoch"]
+
+
+class TestSeedNotInState(SamplerContract):
+    @pytest.fixture
+    def component(self):
+        return SeedNotInState
+
+
+class Quiet:
+    @hookimpl
+    def log_metrics(self, step, metrics):
+        pass
+
+
+class TestBrokenEntryPoint(HookPluginContract):
+    @pytest.fixture
+    def plugin(self):
+        return Quiet()
+
+    @pytest.fixture
+    def entry_point_name(self):
+        return "no_such_plugin_installed"
+
+
+class TestWrongEntryPoint(HookPluginContract):
+    """The entry point exists but names another plugin."""
+
+    kind = "reward"
+
+    @pytest.fixture
+    def plugin(self):
+        return Quiet()
+
+    @pytest.fixture
+    def entry_point_name(self):
+        return "source_metrics"
+
+
+class TestGoodEntryPoint(HookPluginContract):
+    kind = "reward"
+
+    @pytest.fixture
+    def plugin(self):
+        from rlhooks.plugins.rewards.source_metrics import SourceMetrics
+        return SourceMetrics(SourceMetrics.Options())
+
+    @pytest.fixture
+    def entry_point_name(self):
+        return "source_metrics"
+
+
+class TestStaticallyKnownHooks(HookPluginContract):
+    """plugin_class given: checks of hooks Quiet does not implement are not collected."""
+
+    plugin_class = Quiet
+
+    @pytest.fixture
+    def plugin(self):
+        return Quiet()
+
+
 class HalfGroups:
     def select(self, batch):
         keep = np.zeros(len(batch), bool)
@@ -204,6 +289,8 @@ def test_broken_plugins_fail_the_right_checks(pytester: pytest.Pytester) -> None
         "TestNoPosition::test_sampler_state_round_trip_mid_epoch",
         "TestHalfGroups::test_filter_returns_group_consistent_mask",
         "TestRatio::test_reward_odd_strings_are_finite_floats",
+        "TestBrokenEntryPoint::test_entry_point_resolves",
+        "TestWrongEntryPoint::test_entry_point_resolves",
     ]
     wrong = {t: out.get(t, "not run") for t in must_fail if out.get(t) != "failed"}
     assert not wrong, f"these checks should have failed: {wrong}"
@@ -216,9 +303,20 @@ def test_broken_plugins_fail_the_right_checks(pytester: pytest.Pytester) -> None
         "TestHalfGroups::test_filter_empty_batch",
         "TestRatio::test_reward_typical_cases_are_finite_floats",
         "TestEmptyCrashDeclared::test_on_rewards_computed_single_row",
+        "TestGoodEntryPoint::test_entry_point_resolves",
+        *(f"TestSeedNotInState::test_sampler_{t}" for t in (
+            "state_round_trip_fresh", "state_round_trip_mid_epoch", "state_round_trip_after_feedback",
+            "state_dict_is_a_snapshot", "same_seed_same_indices")),
+        "TestStaticallyKnownHooks::test_log_metrics_returns_none",
     ]
     wrong = {t: out.get(t, "not run") for t in must_pass if out.get(t) != "passed"}
     assert not wrong, f"these checks should have passed: {wrong}"
+
+    # plugin_class: only the checks of hooks the plugin implements are collected (no run-time skips)
+    static = {t.split("::")[1] for t in out if t.startswith("TestStaticallyKnownHooks::")}
+    assert static and all(hook_checked_by(t) in (None, "log_metrics") for t in static)
+    assert "test_on_rewards_computed_returns_metrics_or_none" not in static
+    assert "no_such_plugin_installed" in text["TestBrokenEntryPoint::test_entry_point_resolves"]
 
     # declared expected failures are (strict) xfails
     assert out["TestEmptyCrashDeclared::test_on_rewards_computed_empty_batch"] == "xfailed"

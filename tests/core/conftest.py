@@ -168,6 +168,42 @@ OPTIONS_CODE = '''
 
         def load_state_dict(self, state):
             self.calls = list(state["calls"])
+
+
+    class StatelessSampler:
+        """A duck-typed sampler (not an rlhooks.Sampler) that cannot save its position."""
+        def __init__(self, options, data, *, batch_size, seed=0):
+            self.data = data
+
+        def __iter__(self):
+            return iter(range(len(self.data)))
+
+        def __len__(self):
+            return len(self.data)
+
+
+    class Sloppy:
+        """Forgot @hookimpl on one hook and misspelled another; one hook is right."""
+        def log_metrics(self, step, metrics):
+            pass
+
+        def on_step_ends(self, step, batch, metrics):
+            pass
+
+        @hookimpl
+        def on_run_start(self, run):
+            pass
+
+
+    def _ratio(batch):
+        return batch["reward"].sum() / batch["missing_column_total"]
+
+
+    class Faulty:
+        """Fails inside its own helper when a step ends."""
+        @hookimpl
+        def on_step_end(self, step, batch):
+            return {"faulty/ratio": _ratio(batch)}
 '''
 
 
@@ -194,8 +230,10 @@ def installed_dists(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                             "wrong_arg_backend": "options_plugins:WrongArgBackend"},
                        "rlhooks.rewards": {"const_reward": "options_plugins:const_reward"},
                        "rlhooks.samplers": {"FancySampler": "options_plugins:FancySampler",
+                                            "stateless": "options_plugins:StatelessSampler",
                                             "OldFancySampler": "options_plugins:FancySampler"},
-                       "rlhooks.plugins": {"typo_plugin": "options_plugins:TypoPlugin",
+                       "rlhooks.plugins": {"sloppy": "options_plugins:Sloppy", "faulty": "options_plugins:Faulty",
+                                           "typo_plugin": "options_plugins:TypoPlugin",
                                            "counter": "options_plugins:Counter",
                                            "exploding": "options_plugins:Exploding"}})
     for src in (alpha, beta, broken, opts):

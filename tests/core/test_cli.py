@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import json
 
 import pytest
@@ -54,7 +55,10 @@ def test_plugins_list_text_shows_kinds_status_and_broken_errors(third_party, cap
     lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ") and line.split()}
     assert "rlhooks 0.1.0" in lines["jsonl"] and "hooks: on_run_start, log_metrics" in lines["jsonl"]
     assert "alpha-plugins 1.0" in lines["alpha_only"] and "hooks: log_metrics" in lines["alpha_only"]
-    assert "[deprecated (use TimeCurriculumSampler)]" in lines["CurriculumMultiSourceSampler"]
+    # one row per component: its canonical name, then its aliases (deprecated ones marked)
+    assert "CurriculumMultiSourceSampler" not in lines and "MultiSourceSampler" not in lines
+    assert "aliases: TimeCurriculumSampler, CurriculumMultiSourceSampler (deprecated)" in lines["time_curriculum"]
+    assert "aliases: MultiSourceSampler" in lines["multi_source"]
     assert "[broken]" in lines["broken_one"] and "broken-plugins 0.1" in lines["broken_one"]
     assert "[duplicate: " in lines["shared_name"]
     # the import error is printed under the broken entry
@@ -66,5 +70,33 @@ def test_plugins_list_kind_filter(capsys):
     assert main(["plugins", "list", "--kind", "filter", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows and {r["kind"] for r in rows} == {"filter"}
-    assert {"dapo", "filter_groups"} <= {r["name"] for r in rows}
+    dapo = next(r for r in rows if r["name"] == "dapo")
+    assert dapo["aliases"] == ["filter_groups"] and "filter_groups" not in {r["name"] for r in rows}
     assert all(r["status"] == "ok" and r["error"] is None for r in rows)
+
+
+def test_plugins_list_one_row_per_component_and_every_alias_loads(capsys):
+    from rlhooks.host import load_config
+
+    assert main(["plugins", "list", "--json"]) == 0
+    rows = [r for r in json.loads(capsys.readouterr().out) if r["distribution"] == "rlhooks"]
+    values = [(r["kind"], r["value"]) for r in rows]
+    assert len(values) == len(set(values))  # no component listed twice
+    names = [n for r in rows for n in (r["name"], *r["aliases"])]
+    assert len(names) == len(set(names))
+    declared = {ep.name for g in ("rlhooks.samplers", "rlhooks.filters", "rlhooks.rewards", "rlhooks.backends")
+                for ep in md.entry_points(group=g) if ep.dist and ep.dist.name == "rlhooks"}
+    assert set(names) == declared
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["reward_curriculum"]["deprecated_aliases"] == {"RewardGatedCurriculumSampler": "RewardCurriculumSampler"}
+    sections = {"sampler": lambda n: {"sampler": {"name": n, "reward_threshold": 0.5} if "reward" in n.lower() else n},
+                "filter": lambda n: {"filters": [n]}}
+    for r in rows:
+        if r["kind"] not in sections:
+            continue
+        canonical = load_config(sections[r["kind"]](r["name"]))
+        want = canonical.sampler.obj if r["kind"] == "sampler" else canonical.filters[0].obj
+        for alias in r["aliases"]:  # the documents' CamelCase names keep working in configs
+            cfg = load_config(sections[r["kind"]](alias))
+            got = cfg.sampler.obj if r["kind"] == "sampler" else cfg.filters[0].obj
+            assert got is want, alias

@@ -4,7 +4,8 @@ import textwrap
 
 import pytest
 
-from rlhooks import ConfigError, load_config
+from rlhooks import ConfigError
+from rlhooks.host import load_config
 from rlhooks.core.config import REDACTED, redact_secrets
 from rlhooks.core.registry import Registry
 

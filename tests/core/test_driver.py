@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlhooks import Batch, RunManager, StepDriver, hookimpl, load_config
+from rlhooks import Batch, hookimpl
+from rlhooks.host import RunManager, StepDriver, load_config
 from rlhooks.plugins.rewards.functions import check_answer, format_exact
 
 N = 4

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from rlhooks import Batch, PluginError, RunManager, hookimpl, load_config
+from rlhooks import Batch, PluginError, hookimpl
+from rlhooks.host import RunManager, load_config
 from rlhooks.core.data import DatasetColumns
 from rlhooks.core.manager import MAX_CONSECUTIVE_FAILURES, HookValidationError
 from rlhooks.core.registry import Registry
@@ -222,7 +223,7 @@ def test_tables_emitted_through_context_are_dispatched_after_metrics(tmp_path, r
         def log_histogram(self, step, name, values):
             seen.append(("hist", step, name, values.tolist()))
 
-    from rlhooks import StepDriver
+    from rlhooks.host import StepDriver
 
     m = manager({}, tmp_path, reg, extra_plugins=[("emitter", Emitter()), ("sink", Sink())])
     with m.running():

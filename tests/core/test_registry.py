@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from rlhooks import load_config
+from rlhooks.host import load_config
 from rlhooks.core.errors import (
     BrokenPluginError,
     ConfigError,

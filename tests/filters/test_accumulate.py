@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlhooks import Batch, GenerationLimitError, RunManager, StepDriver, hookimpl, load_config
+from rlhooks import Batch, GenerationLimitError, hookimpl
+from rlhooks.host import RunManager, StepDriver, load_config
 
 ALL1, ALL0, MIXED = "all1", "all0", "mixed"
 PATTERN = {ALL1: [1.0, 1.0, 1.0], ALL0: [0.0, 0.0, 0.0], MIXED: [1.0, 0.0, 1.0]}

@@ -9,6 +9,8 @@ from rlhooks.testing import FilterContract
 
 
 class TestDapoContract(FilterContract):
+    plugin_class = DapoGroupFilter
+
     @pytest.fixture
     def component(self):
         return DapoGroupFilter
@@ -19,6 +21,8 @@ class TestDapoContract(FilterContract):
 
 
 class TestDapoBandPassContract(FilterContract):
+    plugin_class = DapoGroupFilter
+
     @pytest.fixture
     def component(self):
         return DapoGroupFilter

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlhooks import Batch, ConfigError, load_config
+from rlhooks import Batch, ConfigError
+from rlhooks.host import load_config
 from rlhooks.core.batch import BatchError
 from rlhooks.plugins.filters.selective_rollout import SelectiveRollout, SelectiveRolloutOptions
 from rlhooks.testing import PromptFilterContract

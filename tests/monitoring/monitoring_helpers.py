@@ -24,16 +24,18 @@ def metric_keys(run_dir: Path) -> set[str]:
     return keys
 
 
-def demo_config_with(tmp: Path, *backends: dict, **changes) -> Path:
-    """The embedded demo config with extra backends (and top-level changes), written to a YAML file."""
+def demo_config_with(tmp: Path, *backends: dict, monitor: dict | None = None, name: str = "config") -> Path:
+    """The embedded demo config with extra backends (and reward_monitor options), written to a YAML file."""
     import yaml
 
     from rlhooks.engines.sim.cli import default_config_path
 
     cfg = yaml.safe_load(Path(default_config_path()).read_text(encoding="utf-8"))
     cfg["backends"] = [*cfg["backends"], *backends]
-    cfg.update(changes)
-    path = tmp / "config.yaml"
+    if monitor:
+        (mon,) = [r for r in cfg["rewards"] if isinstance(r, dict) and r.get("name") == "reward_monitor"]
+        mon.update(monitor)
+    path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
     return path
 

@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from rlhooks import Batch, RunManager, load_config
+from rlhooks import Batch
+from rlhooks.host import RunManager, load_config
 from rlhooks.monitoring import DEFAULT_ALERTS, AlertLevel, RealtimeMonitor, RewardAnalyzer
 
 

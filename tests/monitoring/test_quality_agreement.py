@@ -6,6 +6,7 @@ import json
 import shutil
 
 import pytest
+from conftest import DEMO_STEPS
 
 from rlhooks.monitoring import RewardAnalyzer
 from rlhooks.plugins.rewards.analyzer import DECLARED, OBSERVED
@@ -17,7 +18,7 @@ def test_run_end_and_from_jsonl_agree_on_a_simulated_run(demo_run):
     report = RewardAnalyzer.from_jsonl(demo_run).analyze_quality()
     assert report.to_dict() == summary["quality"]
     assert report.coverage_basis == DECLARED and report.reward_range == [-3.5, 10.0]
-    assert (report.first_step, report.last_step, report.n_steps) == (1, 16, 16)
+    assert (report.first_step, report.last_step, report.n_steps) == (1, DEMO_STEPS, DEMO_STEPS)
 
 
 def test_without_the_monitor_summary_the_difference_is_named(demo_run, tmp_path):

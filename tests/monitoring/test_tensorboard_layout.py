@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from monitoring_helpers import metric_keys
+from .monitoring_helpers import metric_keys
 
 
 def read_layout(run_dir):
@@ -38,7 +38,8 @@ def test_layout_has_the_documents_categories_and_every_chart_matches_logged_keys
     assert matched["Per-Function Rewards"] == {f"rewards/functions/{f}" for f in funcs}
     assert matched["Per-Function Reward Std"] == {f"rewards/functions/{f}_std" for f in funcs}
     assert matched["Reward Contributions (%) by function"] == {f"contributions/{f}" for f in funcs}
-    assert matched["Policy Metrics (KL, entropy)"] == {"training/kl_divergence", "training/policy_entropy"}
+    assert matched["Policy Metrics (KL, entropy)"] == {
+        "training/kl_divergence", "training/policy_update_kl", "training/policy_entropy"}
     assert matched["Advantages (mean, std)"] == {"training/advantage_mean", "training/advantage_std"}
     sources = {"arith_add", "arith_mul", "chain", "logic"}
     assert matched["weight by source"] == {f"sampler/weight/{s}" for s in sources}

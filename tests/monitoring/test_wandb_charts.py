@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from monitoring_helpers import demo_config_with, read_wandb_records, simulate
+from .monitoring_helpers import demo_config_with, read_wandb_records, simulate
 
 from rlhooks.plugins.backends.wandb_backend import CHARTS, STEP_METRIC
 
@@ -86,7 +86,8 @@ def test_the_documents_custom_charts_are_wandb_charts_of_the_logged_values(wandb
     assert sorted(chart_table("contributions")) == [f"contributions/{f}" for f in funcs]
     assert sorted(chart_table("quality_metrics")) == ["rewards/entropy", "rewards/signal_to_noise", "rewards/variance"]
     assert sorted(chart_table("training_dynamics")) == [
-        "training/advantage_mean", "training/advantage_std", "training/kl_divergence", "training/policy_entropy"]
+        "training/advantage_mean", "training/advantage_std", "training/kl_divergence", "training/policy_entropy",
+        "training/policy_update_kl"]
     alerts = chart_table("alerts")
     assert sorted(alerts) == ["alerts/critical", "alerts/info", "alerts/warning"]
     assert sorted(alerts["alerts/warning"]) == list(range(1, STEPS + 1))

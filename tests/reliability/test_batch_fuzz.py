@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rlhooks
+import rlhooks.host
 from rlhooks.core import batch as B
 from rlhooks.core.errors import PluginError
 from rlhooks.core.manager import merge_metrics
@@ -74,9 +75,9 @@ SAMPLERS = {
 }
 
 
-def _config(tmp_path: Path, sampler: dict) -> rlhooks.Config:
+def _config(tmp_path: Path, sampler: dict) -> rlhooks.host.Config:
     raise_ = {"on_error": "raise"}
-    return rlhooks.load_config({
+    return rlhooks.host.load_config({
         "run": {"name": "fuzz", "out_dir": str(tmp_path)},
         "sampler": {**sampler, **raise_},
         "filters": [{"name": "dapo", **raise_}],
@@ -175,7 +176,7 @@ class Backends:
             b.on_run_end("success")
 
 
-def _each(m: rlhooks.RunManager, hook: str, kwargs: dict, failures: list[PluginError]) -> dict[str, Any]:
+def _each(m: rlhooks.host.RunManager, hook: str, kwargs: dict, failures: list[PluginError]) -> dict[str, Any]:
     """Every implementation of ``hook`` called on its own (as RunManager.call does), so one plugin's
     failure does not hide the next one's; failures are wrapped as the manager wraps them."""
     merged: dict[str, Any] = {}
@@ -200,7 +201,7 @@ def _check_failures(failures: list[PluginError], dropped: frozenset[str], names:
 
 @pytest.mark.parametrize("sampler", list(SAMPLERS))
 def test_random_batches_through_every_builtin_plugin(sampler: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    m = rlhooks.RunManager(_config(tmp_path, SAMPLERS[sampler]), run_dir=tmp_path / "run")
+    m = rlhooks.host.RunManager(_config(tmp_path, SAMPLERS[sampler]), run_dir=tmp_path / "run")
     data = make_dataset(60, SOURCES, seed=1)
     smp = m.build_sampler(data, batch_size=8, seed=0)
     names = {rec.name for rec in m.components}
@@ -273,7 +274,7 @@ def test_reward_functions_on_random_text(response: Any, target: Any) -> None:
         lo, hi = fn.reward_range
         assert isinstance(value, float) and lo <= value <= hi, (name, value)
     pipeline = RewardPipeline.from_components(
-        rlhooks.load_config({"rewards": [*REWARD_FNS]}).rewards
+        rlhooks.host.load_config({"rewards": [*REWARD_FNS]}).rewards
     )
     with structlog.testing.capture_logs():
         result = pipeline.score([response, "<reasoning>r</reasoning><answer>1</answer>"], [target, "1"])

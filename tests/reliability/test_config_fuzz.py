@@ -5,12 +5,20 @@ Never another exception type, never a traceback for the user.
 
 from __future__ import annotations
 
+import resource
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
 import attrs
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlhooks import Config, ConfigError, load_config
+from rlhooks import ConfigError
+from rlhooks.host import Config, load_config
 from rlhooks.core.components import options_class
 from rlhooks.core.config import SECTIONS
 from rlhooks.core.registry import Registry
@@ -100,3 +108,118 @@ def test_random_text_files(text, tmp_path_factory):
     path = tmp_path_factory.mktemp("fuzz") / "c.yaml"
     path.write_text(text, encoding="utf-8")
     assert isinstance(load_outcome(path), (Config, ConfigError))
+
+
+# -- hostile documents: alias bombs, recursion, depth, encodings, duplicates, absurd values -------------
+
+MEMORY_BUDGET = 64 << 20  # bytes Python may allocate while loading one hostile config
+
+
+def _bounded_outcome(path) -> Config | ConfigError:
+    """load_outcome, asserting the load allocated less than MEMORY_BUDGET at its peak."""
+    tracemalloc.start()
+    try:
+        result = load_outcome(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < MEMORY_BUDGET, f"loading allocated {peak / 2**20:.0f} MiB"
+    return result
+
+
+def alias_bomb(fan: int, levels: int, under: str) -> str:
+    """``levels`` anchors, each a list using the previous one ``fan`` times (fan**levels values)."""
+    rows = ["  l0: &l0 [lol, lol, lol]"]
+    rows += [f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * fan)}]" for i in range(1, levels)]
+    return f"{under}:\n" + "\n".join(rows) + "\n"
+
+
+@settings(max_examples=25, deadline=None)
+@given(fan=st.integers(1, 12), levels=st.integers(1, 12), under=st.sampled_from(["run", "sampler", "bogus", "simulate"]))
+def test_alias_expansion_is_bounded(fan, levels, under, tmp_path_factory):
+    path = tmp_path_factory.mktemp("bomb") / "c.yaml"
+    path.write_text(alias_bomb(fan, levels, under))
+    out = _bounded_outcome(path)
+    assert isinstance(out, ConfigError)  # unknown keys at best; never a traceback or gigabytes
+    if (fan ** (levels - 1)) * 3 > 200_000:
+        assert any("expands to more than" in i.message and i.path.startswith(under) for i in out.issues)
+
+
+HOSTILE = {
+    "recursive alias": ("run: &r\n  name: x\n  me: *r\n", "run.me", "recursive alias"),
+    "recursive list": ("filters: &f [dapo, *f]\n", "filters[1]", "recursive alias"),
+    "deep nesting": ("run: " + "[" * 5000 + "]" * 5000 + "\n", "line 1, column 69", "nested deeper than"),
+    "deep mapping": ("run:\n" + "".join(" " * i + f"k{i}:\n" for i in range(1, 200)), "line ", "nested deeper than"),
+    "duplicate keys": ("run:\n  seed: 1\n  seed: 2\n", "run.seed", "duplicate key 'seed' (lines 2 and 3)"),
+    "duplicate sections": ("filters: [dapo]\nrun: {}\nfilters: []\n", "filters", "duplicate key 'filters'"),
+    "NaN weight": ("rewards: [{name: format_exact, weight: .nan}]\n", "rewards[0].weight", "finite"),
+    "inf error score": ("rewards: [{name: check_answer, error_score: -.inf}]\n", "rewards[0].error_score", "finite"),
+    "NaN timeout": ("backends: [{name: jsonl, flush_timeout_s: .nan}]\n", "backends[0].flush_timeout_s", "finite"),
+    "inf put timeout": ("backends: [{name: console, put_timeout_s: .inf}]\n", "backends[0].put_timeout_s", "finite"),
+    "huge float": ("backends: [{name: jsonl, max_wait_s: 1e400}]\n", "backends[0].max_wait_s", "finite"),
+    "huge int float": (f"rewards: [{{name: format_exact, weight: {10**400}}}]\n", "rewards[0].weight", "float range"),
+    "negative seed": ("run: {seed: -1}\n", "run.seed", "between 0 and"),
+    "absurd n": ("run: {n: 1000000000}\n", "run.n", "between 1 and"),
+    "absurd batch": ("run: {gen_batch_size: 100000, n: 1000}\n", "run", "trajectories per generation batch"),
+    "empty name": ("run: {name: ''}\n", "run.name", "must not be empty"),
+    "dot-dot name": ("run: {name: '..'}\n", "run.name", "must not be '..'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_documents_give_a_located_error(case: str, tmp_path: Path) -> None:
+    text, key, words = HOSTILE[case]
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    out = _bounded_outcome(path)
+    assert isinstance(out, ConfigError), f"{case}: accepted"
+    assert any(i.path.startswith(key) and words in i.message for i in out.issues), str(out)
+
+
+ENCODED = {
+    "utf-16 with BOM": ("run:\n  name: ü\n".encode("utf-16"), None),
+    "utf-8 with BOM": ("run:\n  name: ü\n".encode("utf-8-sig"), None),
+    "utf-16 without BOM": ("run:\n  name: x\n".encode("utf-16-le"), "NUL bytes"),
+    "latin-1": ("run:\n  name: caf\xe9\n".encode("latin-1"), "byte 0xe9 at line 2, column 12"),
+    "binary": (bytes(range(256)) * 4, "not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ENCODED))
+def test_file_encodings(case: str, tmp_path: Path) -> None:
+    data, error = ENCODED[case]
+    path = tmp_path / "c.yaml"
+    path.write_bytes(data)
+    out = _bounded_outcome(path)
+    if error is None:
+        assert isinstance(out, Config) and out.run.name == "ü"
+    else:
+        assert isinstance(out, ConfigError) and error in str(out) and "save it as UTF-8" in str(out)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.binary(max_size=300))
+def test_random_bytes_files(data, tmp_path_factory):
+    path = tmp_path_factory.mktemp("fuzz") / "c.yaml"
+    path.write_bytes(data)
+    assert isinstance(_bounded_outcome(path), (Config, ConfigError))
+
+
+@pytest.mark.parametrize("case", ["billion laughs", "deep nesting"])
+def test_cli_on_hostile_files_under_a_memory_cap(case: str, tmp_path: Path) -> None:
+    """The real command, in a process that may not allocate more than 1 GiB of data."""
+    path = tmp_path / "c.yaml"
+    if case == "billion laughs":
+        path.write_text(alias_bomb(9, 10, "run"))
+    elif case == "latin-1":
+        path.write_bytes(ENCODED["latin-1"][0])
+    else:
+        path.write_text(HOSTILE[case][0])
+    for command in (["config", "check", str(path)], ["simulate", str(path), "--no-report", "--no-progress"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "rlhooks.cli", *command], capture_output=True, text=True, timeout=120,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_DATA, (1 << 30, 1 << 30)), cwd=tmp_path,
+        )
+        assert proc.returncode == 1, proc.stderr
+        assert "Traceback" not in proc.stderr and "MemoryError" not in proc.stderr
+        assert proc.stderr.startswith(f"error: invalid rlhooks config {path}"), proc.stderr

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlhooks import ConfigError, load_config
+from rlhooks import ConfigError
+from rlhooks.host import load_config
 from rlhooks.plugins.rewards.alerts import AlertManager, AlertSpec, slope
 
 

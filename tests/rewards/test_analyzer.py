@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from rlhooks import Batch, RunManager, load_config
+from rlhooks import Batch
+from rlhooks.host import RunManager, load_config
 from rlhooks.plugins.rewards.analyzer import AnalyzerError, RewardAnalyzer
 
 

@@ -16,6 +16,7 @@ def builtin_name(request):
 
 
 class TestBuiltinRewardFunctions(RewardFunctionContract):
+    plugin_class = F.format_exact  # plain functions: no hooks
     @pytest.fixture
     def component(self, builtin_name):
         return F.BUILTIN_FUNCTIONS[builtin_name]
@@ -36,6 +37,7 @@ class TestBuiltinRewardFunctions(RewardFunctionContract):
 
 class TestSourceMetricsContract(ComponentContract):
     kind = "reward"
+    plugin_class = SourceMetrics
 
     @pytest.fixture
     def component(self):
@@ -48,6 +50,7 @@ class TestSourceMetricsContract(ComponentContract):
 
 class TestRewardMonitorContract(ComponentContract):
     kind = "reward"
+    plugin_class = RewardMonitor
 
     @pytest.fixture
     def component(self):

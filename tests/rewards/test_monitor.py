@@ -9,7 +9,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from rlhooks import Batch, RunManager, hookimpl, load_config
+from rlhooks import Batch, hookimpl
+from rlhooks.host import RunManager, load_config
 from rlhooks.plugins.rewards.monitor import RewardMonitor, RewardMonitorOptions
 
 

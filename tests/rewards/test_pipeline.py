@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlhooks import ConfigError, RewardFunction, RunManager, load_config
+from rlhooks import ConfigError, RewardFunction
+from rlhooks.host import RunManager, load_config
 from rlhooks.core.errors import UnknownComponentError
 from rlhooks.core.rewards import RewardEntry, RewardPipeline
 from rlhooks.plugins.rewards import functions as F

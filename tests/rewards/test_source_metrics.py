@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from rlhooks import Batch
-from rlhooks.core import batch as SM
-from rlhooks.core.batch import factorize
+from rlhooks.core.batch import _factorize_sorted, factorize
 from rlhooks.plugins.rewards.source_metrics import SourceMetrics, SourceMetricsOptions
 
 
@@ -98,13 +97,21 @@ def test_matches_loop_reference_on_random_batches(seed):
         assert out[f"source/{s}/reward"] == pytest.approx(m)
 
 
-def test_factorize_orders_by_first_appearance_and_falls_back_for_many_labels(monkeypatch):
+def test_factorize_orders_by_first_appearance_for_any_number_of_labels():
     labels = np.array(["b", "a", "a", "b", "c", "a"], dtype=object)
     names, codes = factorize(labels)
     assert names.tolist() == ["b", "a", "c"] and codes.tolist() == [0, 1, 1, 0, 2, 1]
-    monkeypatch.setattr(SM, "MAX_SCAN_LABELS", 1)  # force the np.unique path
-    names, codes = factorize(labels)
-    assert names.tolist() == ["b", "a", "c"] and codes.tolist() == [0, 1, 1, 0, 2, 1]
+    sorted_names, sorted_codes = _factorize_sorted(labels)  # the fallback agrees
+    assert sorted_names.tolist() == ["b", "a", "c"] and sorted_codes.tolist() == codes.tolist()
+    rng = np.random.default_rng(0)
+    many = np.array([f"src{i}" for i in rng.integers(0, 300, 5000)], dtype=object)  # 300 labels, short runs
+    names, codes = factorize(many)
+    assert np.array_equal(names[codes], many) and len(names) == len(set(many.tolist()))
+    assert [names.tolist().index(x) for x in dict.fromkeys(many.tolist())] == list(range(len(names)))
+    unhashable = np.empty(3, dtype=object)
+    unhashable[:] = [[1], [2], [1]]
+    names, codes = factorize(unhashable)  # falls back to sorting the labels' text
+    assert codes.tolist() == [0, 1, 0]
     names, codes = factorize(np.zeros(0, dtype=object))
     assert len(names) == 0 and len(codes) == 0
 

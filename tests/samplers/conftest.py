@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sampler_helpers import two_sources
+from .sampler_helpers import two_sources
 
 from rlhooks import DatasetColumns
 

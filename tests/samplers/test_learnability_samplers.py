@@ -143,7 +143,8 @@ def test_learnability_resume_with_a_shared_state_is_exact():
 
 
 def test_option_errors_name_the_option():
-    from rlhooks import ConfigError, load_config
+    from rlhooks import ConfigError
+    from rlhooks.host import load_config
 
     with pytest.raises(ConfigError, match="floor"):
         load_config({"sampler": {"name": "learnability", "floor": 0}})

@@ -1,4 +1,4 @@
-"""The spec's YAML examples load through rlhooks.load_config and run unchanged; names; manager wiring."""
+"""The spec's YAML examples load through rlhooks.host.load_config and run unchanged; names; manager wiring."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import structlog
-from sampler_helpers import Stream, trajectories, two_sources
+from .sampler_helpers import Stream, trajectories, two_sources
 
-from rlhooks import ConfigError, RunManager, load_config
+from rlhooks import ConfigError
+from rlhooks.host import RunManager, load_config
 from rlhooks.core.data import DataError
 from rlhooks.core.registry import Registry
 from rlhooks.plugins.samplers.curriculum import RewardCurriculumSampler, TimeCurriculumSampler

@@ -22,6 +22,8 @@ class _CurriculumData:
 
 
 class TestMultiSourceContract(SamplerContract):
+    plugin_class = MultiSourceSampler
+
     @pytest.fixture
     def component(self):
         return MultiSourceSampler
@@ -36,6 +38,8 @@ class TestMultiSourceContract(SamplerContract):
 
 
 class TestTimeCurriculumContract(_CurriculumData, SamplerContract):
+    plugin_class = TimeCurriculumSampler
+
     @pytest.fixture
     def component(self):
         return TimeCurriculumSampler
@@ -50,6 +54,8 @@ class TestTimeCurriculumContract(_CurriculumData, SamplerContract):
 
 
 class TestRewardCurriculumContract(_CurriculumData, SamplerContract):
+    plugin_class = RewardCurriculumSampler
+
     @pytest.fixture
     def component(self):
         return RewardCurriculumSampler

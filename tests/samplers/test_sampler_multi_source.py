@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import structlog
-from sampler_helpers import Stream, run_with_feedback, source_of, trajectories, two_sources
+from .sampler_helpers import Stream, run_with_feedback, source_of, trajectories, two_sources
 
 from rlhooks import Batch, ConfigError, DatasetColumns
 from rlhooks.core.data import DataError

@@ -11,7 +11,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from sampler_helpers import Stream, run_with_feedback, trajectories, two_sources
+from .sampler_helpers import Stream, run_with_feedback, trajectories, two_sources
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from rlhooks.core.data import DataError

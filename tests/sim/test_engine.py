@@ -250,3 +250,14 @@ def test_console_and_wandb_backends_fire(small_data, tmp_path, capsys, monkeypat
     for t in tables:
         data = json.loads(t.read_text())
         assert [row[data["columns"].index("selection")] for row in data["data"]] == ["top", "bottom"]
+
+
+def test_run_n_runs_until_step_n_not_n_more(small_data, tmp_path):
+    cfg = small_config(tmp_path, run={"steps": 8})
+    first = make_engine(cfg, small_data, tmp_path / "a")
+    first.run(2)
+    assert first.step == 2
+    resumed = make_engine(cfg, small_data, tmp_path / "b")
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    resumed.run(3)  # from step 2: one more step, up to step 3
+    assert resumed.step == 3

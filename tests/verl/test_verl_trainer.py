@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="needs verl[verl-core]")
 
 from omegaconf import OmegaConf, open_dict  # noqa: E402
-from verl_shim_helpers import CPUTrainer, Recorder, StepSampler, make_tokenizer, write_dataset  # noqa: E402
+from .verl_shim_helpers import CPUTrainer, Recorder, StepSampler, make_tokenizer, write_dataset  # noqa: E402
 
 from rlhooks import hookimpl as rlhooks_hookimpl  # noqa: E402
 from rlhooks.engines.verl.main import compose_verl_config  # noqa: E402
@@ -65,7 +65,7 @@ def make_trainer(cfg, tokenizer, recorder):
 
 DAPO = {"filters": [{"name": "dapo", "metric": "acc"}]}
 # verl-style sampler in the verl config itself (the removed curriculum format), mapped to rlhooks
-LEGACY_SAMPLER = ("+data.sampler.class_name=StepSampler", "+data.sampler.class_path=pkg://verl_shim_helpers")
+LEGACY_SAMPLER = ("+data.sampler.class_name=StepSampler", "+data.sampler.class_path=pkg://tests.verl.verl_shim_helpers")
 
 
 def test_fit_runs_hooks_in_order_with_dapo_accumulation(tmp_path, data_file, tokenizer, capsys):
@@ -310,9 +310,13 @@ class RewardColumns:
         self.trained.append({**self._columns(batch), "advantage": batch["advantage"].copy(), "metrics": dict(metrics)})
 
 
-def test_rlhooks_reward_functions_replace_verls_score_at_the_last_token(tmp_path, data_file, tokenizer):
+def test_rlhooks_reward_functions_replace_verls_score_at_the_last_token(tmp_path, data_file, tokenizer, monkeypatch):
+    from rlhooks.engines.verl import adapter
     from rlhooks.plugins.rewards.functions import check_answer, format_approx
 
+    built = []  # trajectory Batches built from DataProtos: once per generation batch, not again at step end
+    real = adapter.trajectory_batch
+    monkeypatch.setattr(adapter, "trajectory_batch", lambda *a, **k: built.append(1) or real(*a, **k))
     seen = RewardColumns()
     cfg = verl_config(data_file, tmp_path, 2, {"rewards": ["check_answer", {"name": "format_approx", "weight": 0.5}]})
     dataset = RLHFDataset(data_files=cfg.data.train_files, tokenizer=tokenizer, config=cfg.data)
@@ -324,6 +328,7 @@ def test_rlhooks_reward_functions_replace_verls_score_at_the_last_token(tmp_path
     trainer.fit()
 
     assert len(seen.scored) == 2 and len(seen.trained) == 2
+    assert len(built) == len(seen.scored)  # one generation batch per step here: one Batch per step
     for cols in seen.scored:
         assert cols["functions"] == ("check_answer", "format_approx")
         exact = np.array([check_answer(r, t) for r, t in zip(cols["response"], cols["target"])])

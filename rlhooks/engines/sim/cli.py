@@ -10,6 +10,7 @@ A run itself is in runs.py, a comparison in compare.py; ``rlhooks report`` is rl
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 import structlog
@@ -74,6 +75,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     summary = simulate_run(args.config, _overrides(args), data=args.data, progress=not args.no_progress,
                            report=not args.no_report)
     print(format_summary(summary))
+    if summary["status"] != "success":
+        print(f"error: the run ended with status {summary['status']!r}", file=sys.stderr)
+        for label, info in summary["plugin_failures"].items():
+            print(f"  - {label}: {info['failures']} failure(s), {info['dropped']} call(s) not delivered"
+                  + (", disabled" if info["disabled"] else ""), file=sys.stderr)
+        return 1
     return 0
 
 

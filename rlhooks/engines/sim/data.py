@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import structlog
 
-from rlhooks.core.data import DataError, DatasetColumns
+from rlhooks.core.data import DataError, DatasetColumns, complexity_scores, source_codes
 
 log = structlog.get_logger("rlhooks.sim")
 
@@ -219,8 +219,10 @@ class SimDataset:
         if "reward_model" in names and pa.types.is_struct(table.schema.field("reward_model").type) and \
                 table.schema.field("reward_model").type.get_field_index("ground_truth") >= 0:
             target_col = table.column("reward_model").combine_chunks().field("ground_truth")
+            target_name = "reward_model.ground_truth"
         elif "answer" in names:
             target_col = table.column("answer").combine_chunks()
+            target_name = "answer"
         else:
             problems.append("no answer: expected a 'reward_model' struct with 'ground_truth' or an 'answer' column")
         if problems:
@@ -229,18 +231,23 @@ class SimDataset:
                 + f". Columns found: {', '.join(sorted(names)) or '(none)'}. "
                 "See the README's 'The data' section for the layout, or run without --data to use generated data."
             )
-        sources = table.column("data_source").to_numpy(zero_copy_only=False).astype(object)
+        if table.num_rows == 0:
+            raise DataError(f"{origin}: the dataset has no rows; give a file with at least one row per source")
+        codes, source_names = source_codes(table.column("data_source"), origin)
         complexity = None
         solution = None
         if "extra_info" in names and pa.types.is_struct(table.schema.field("extra_info").type):
             ext = table.column("extra_info").combine_chunks()
             etype = table.schema.field("extra_info").type
             if etype.get_field_index("complexity_score") >= 0:
-                complexity = ext.field("complexity_score").to_numpy(zero_copy_only=False).astype(np.float64)
+                complexity = complexity_scores(ext.field("complexity_score"), origin).astype(np.float64)
             if etype.get_field_index("solution") >= 0:
-                solution = ext.field("solution").to_numpy(zero_copy_only=False).astype(object)
-        columns = DatasetColumns.from_arrays(sources, complexity, origin=origin)
+                sol = ext.field("solution")
+                _require_text(sol, "extra_info.solution", origin, nulls_ok=True)
+                solution = sol.to_numpy(zero_copy_only=False).astype(object)
+        columns = DatasetColumns(codes, source_names, None if complexity is None else complexity.astype(np.float32), origin)
         prompt = _prompt_text(table.column("prompt").combine_chunks(), origin)
+        _require_text(target_col, target_name, origin, nulls_ok=True, numbers_ok=True)
         target = target_col.to_numpy(zero_copy_only=False).astype(object)
         missing = np.flatnonzero(np.equal(target, None))
         if len(missing):
@@ -256,7 +263,7 @@ class SimDataset:
         numeric = _to_float(target)
         if complexity is None or not np.isfinite(complexity).any():
             difficulty = np.full(len(prompt), 0.5)
-        else:
+        else:  # complexity_scores() made every non-finite score NaN: rows without a score
             c = complexity.copy()
             lo, hi = np.nanmin(c), np.nanmax(c)
             c[~np.isfinite(c)] = np.nanmedian(c)
@@ -275,19 +282,47 @@ class SimDataset:
         return cls.from_table(table, origin=str(path))
 
 
+def _require_text(col: pa.Array, name: str, origin: str, *, nulls_ok: bool = False, numbers_ok: bool = False) -> None:
+    """DataError naming the file, the column and the first bad row unless ``col`` holds text per row."""
+    tp = col.type
+    ok = pa.types.is_string(tp) or pa.types.is_large_string(tp) or pa.types.is_null(tp) or (
+        numbers_ok and (pa.types.is_integer(tp) or pa.types.is_floating(tp) or pa.types.is_decimal(tp)))
+    if not ok:
+        valid = np.flatnonzero(col.is_valid().to_numpy(zero_copy_only=False))
+        first = int(valid[0]) if len(valid) else 0
+        held = repr(col[first].as_py())[:60] if len(col) else "nothing"
+        raise DataError(f"{origin}: column '{name}' has type {tp}; expected a string per row (row {first} holds {held})")
+    if not nulls_ok and col.null_count:
+        first = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+        raise DataError(f"{origin}: {col.null_count} rows have a null {name} (first at row {first})")
+
+
 def _prompt_text(col: pa.Array, origin: str) -> np.ndarray:
     """Chat lists -> content of the last message; strings as they are."""
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        _require_text(col, "prompt", origin)
         return col.to_numpy(zero_copy_only=False).astype(object)
     if (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)) and pa.types.is_struct(col.type.value_type) \
             and col.type.value_type.get_field_index("content") >= 0:
+        if col.null_count:
+            first = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+            raise DataError(f"{origin}: {col.null_count} rows have a null prompt (first at row {first})")
         offsets = col.offsets.to_numpy()
-        contents = col.flatten().field("content").to_numpy(zero_copy_only=False).astype(object)
         lengths = np.diff(offsets)
         empty = np.flatnonzero(lengths == 0)
         if len(empty):
             raise DataError(f"{origin}: {len(empty)} rows have an empty prompt chat list (first at row {int(empty[0])})")
-        return contents[offsets[1:] - 1]
+        content = col.flatten().field("content")
+        last = offsets[1:] - offsets[0] - 1  # the last message of each row, in the flattened messages
+        _require_text(content, "prompt[].content", origin, nulls_ok=True)
+        contents = content.to_numpy(zero_copy_only=False).astype(object)[last]
+        missing = np.flatnonzero(np.equal(contents, None))
+        if len(missing):
+            raise DataError(
+                f"{origin}: {len(missing)} rows have a null content in their last prompt message "
+                f"(column 'prompt[].content', first at row {int(missing[0])})"
+            )
+        return contents
     raise DataError(
         f"{origin}: column 'prompt' has type {col.type}; expected a string or a chat list of {{role, content}} structs"
     )

@@ -54,15 +54,15 @@ class SimOptions:
     #: a parquet file in verl's layout; empty = generate the built-in multi-source dataset
     data: str = ""
     #: rows per built-in source when generating
-    rows_per_source: int = attrs.field(default=2000, validator=attrs.validators.gt(0))
+    rows_per_source: int = attrs.field(default=2000, validator=[attrs.validators.gt(0), attrs.validators.le(1_000_000)])
     #: built-in sources to generate (see SOURCE_PROFILES)
     sources: tuple[str, ...] = attrs.field(default=tuple(SOURCE_PROFILES))
     #: seed of the generated data (kept apart from run.seed so seeds compare on the same data)
-    data_seed: int = 0
+    data_seed: int = attrs.field(default=0, validator=[attrs.validators.ge(0), attrs.validators.le(2**32 - 1)])
     #: accuracy a source must reach for "steps to target" in summaries and comparisons
     target_accuracy: float = attrs.field(default=0.8, validator=[attrs.validators.gt(0), attrs.validators.le(1)])
     #: items per source used to measure sim/accuracy (a fixed random subset; all when fewer)
-    eval_items: int = attrs.field(default=2048, validator=attrs.validators.gt(0))
+    eval_items: int = attrs.field(default=2048, validator=[attrs.validators.gt(0), attrs.validators.le(10_000_000)])
     learner: LearnerOptions = attrs.field(factory=LearnerOptions)
 
     @sources.validator
@@ -348,7 +348,11 @@ class SimEngine:
 
     # -- a run -----------------------------------------------------------------------------
     def run(self, steps: int | None = None, progress: bool = False, on_step: Callable[[int, dict], None] | None = None) -> dict[str, float]:
-        """Steps ``self.step + 1 .. steps`` inside ``manager.running()`` (on_run_end fires on failure too)."""
+        """Run UNTIL step ``steps`` (an absolute step number, default ``run.steps``), not ``steps`` more.
+
+        Runs steps ``self.step + 1 .. steps``: ``run(10)`` after 4 steps runs 6 more, and once step 10
+        is done runs none. Inside ``manager.running()`` (on_run_end fires on failure too).
+        """
         total = steps if steps is not None else self.config.run.steps
         bar = None
         if progress:

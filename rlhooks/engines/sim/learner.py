@@ -39,7 +39,7 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 class LearnerOptions:
     """Parameters of the simulated learner (all under ``simulate:`` in a config)."""
 
-    buckets: int = attrs.field(default=10, validator=attrs.validators.ge(1))
+    buckets: int = attrs.field(default=10, validator=[attrs.validators.ge(1), attrs.validators.le(10_000)])
     sharpness: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
     initial_skill: float = 0.3
     learning_rate: float = attrs.field(default=0.8, validator=attrs.validators.ge(0))

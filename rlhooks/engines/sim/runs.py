@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
+import sys
 import time
 from collections.abc import Sequence
 from importlib import resources
@@ -19,32 +19,23 @@ import structlog
 from rlhooks.core.config import Config
 from rlhooks.core.errors import RLHooksError
 from rlhooks.core.metrics import split_source_key
+from rlhooks.core.rundir import BOOKKEEPING, MARKER_FILE, RunDirectory, write_atomic
 from rlhooks.engines.sim.engine import SimEngine, load_sim_config, prepare_data, sim_options
 
 log = structlog.get_logger("rlhooks.sim")
 
 #: marks a run directory made by ``rlhooks simulate`` (only such directories are replaced on a rerun)
-MARKER = ".rlhooks-simulate"
+MARKER = MARKER_FILE
 
 
 def default_config_path() -> Path:
     return Path(str(resources.files("rlhooks.engines.sim") / "default.yaml"))
 
 
-def fresh_run_dir(config: Config) -> Path:
-    """``<out_dir>/<name>``, emptied when an earlier ``rlhooks simulate`` made it."""
-    run_dir = Path(config.run.out_dir) / config.run.name
-    if run_dir.exists() and any(run_dir.iterdir()):
-        if not (run_dir / MARKER).exists():
-            raise RLHooksError(
-                f"run directory {run_dir} exists and was not made by 'rlhooks simulate'; choose another "
-                f"--out or --set run.name=... (rlhooks never deletes a directory it did not create)"
-            )
-        log.info("replacing the earlier simulated run", run_dir=str(run_dir))
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / MARKER).write_text("made by rlhooks simulate; rerunning the same name replaces this directory\n")
-    return run_dir
+def fresh_run_dir(config: Config) -> RunDirectory:
+    """``<out_dir>/<name>``, locked for this run; a finished earlier ``rlhooks simulate`` run there is
+    replaced (see core/rundir.py for what is and is not deleted)."""
+    return RunDirectory.create(config.run.out_dir, config.run.name, command="rlhooks simulate")
 
 
 def simulate_run(
@@ -55,20 +46,36 @@ def simulate_run(
     progress: bool = False,
     report: bool = True,
 ) -> dict[str, Any]:
-    """One simulated run from a config file (None: the embedded default); returns its summary."""
+    """One simulated run from a config file (None: the embedded default); returns its summary.
+
+    The summary (and summary.json) is written for an interrupted or failed run too; then the
+    KeyboardInterrupt or error is raised again. ``summary["status"]`` is the run's status as the
+    plugins saw it in ``on_run_end`` ("failed" also when a backend lost logged data).
+    """
     config = load_sim_config(source if source is not None else default_config_path(), overrides=list(overrides))
-    run_dir = fresh_run_dir(config)
-    (run_dir / "config.yaml").write_text(config.to_yaml())
-    dataset = prepare_data(sim_options(config), run_dir, data)
-    engine = SimEngine(config, dataset, run_dir=run_dir)
-    t0 = time.perf_counter()
-    engine.run(progress=progress)
-    elapsed = time.perf_counter() - t0
+    with fresh_run_dir(config) as rd:
+        run_dir = rd.path
+        write_atomic(run_dir / "config.yaml", config.to_yaml())
+        dataset = prepare_data(sim_options(config), run_dir, data)
+        engine = SimEngine(config, dataset, run_dir=run_dir)
+        t0 = time.perf_counter()
+        try:
+            engine.run(progress=progress)
+        except BaseException:
+            _write_summary(engine, time.perf_counter() - t0, run_dir, report=False)
+            rd.finish(engine.manager.final_status or "failed")
+            raise
+        summary = _write_summary(engine, time.perf_counter() - t0, run_dir, report=report)
+        rd.finish(summary["status"])
+    return summary
+
+
+def _write_summary(engine: SimEngine, elapsed: float, run_dir: Path, *, report: bool) -> dict[str, Any]:
     summary = build_summary(engine, elapsed, run_dir)
-    if report:
+    if report and summary["status"] != "interrupted":
         summary["report"] = try_report([run_dir], run_dir / "report")
     summary["files"] = sorted({*summary["files"], "summary.json", *(["report/"] if summary.get("report") else [])})
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     return summary
 
 
@@ -104,6 +111,7 @@ def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str,
     alerts = {k.split("/", 1)[1]: v for k, v in m.items() if k.startswith("alerts/")}
     return {
         "name": engine.config.run.name,
+        "status": engine.manager.final_status or "failed",
         "run_dir": str(run_dir),
         "steps": engine.step,
         "seed": engine.config.run.seed,
@@ -122,7 +130,9 @@ def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str,
         "filter_efficiency": trained / generated if generated else None,
         "alerts": alerts,
         "alert_details": engine.alert_details(),
-        "files": sorted(p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir() if p.name != MARKER),
+        "plugin_failures": engine.manager.failure_summary(),
+        "files": sorted(p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir()
+                        if p.name not in BOOKKEEPING and not p.name.startswith(".summary.json.")),
     }
 
 
@@ -160,6 +170,13 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append(f"  alerts: {total}" + (f" - {detail}" if detail else ""))
     elif "total" in s["alerts"]:
         lines.append(f"  alerts: {s['alerts']['total']:g}")
+    for label, info in s.get("plugin_failures", {}).items():
+        hooks = ", ".join(f"{h} x{n}" for h, n in info["by_hook"].items())
+        lines.append(f"  plugin failures: {label}: {info['failures']}" + (f" ({hooks})" if hooks else "")
+                     + (f", {info['dropped']} call(s) not delivered" if info["dropped"] else "")
+                     + (", disabled" if info["disabled"] else ""))
+    if s.get("status", "success") != "success":
+        lines.append(f"  status: {s['status']}")
     lines.append(f"  output: {s['run_dir']}/  " + "  ".join(s["files"]))
     if s.get("report"):
         lines.append(f"  report: {s['report']}")

@@ -42,7 +42,7 @@ from torch.utils.data import Dataset
 
 from rlhooks.core import batch as cols
 from rlhooks.core.batch import Batch
-from rlhooks.core.data import DataError, DatasetColumns
+from rlhooks.core.data import DataError, DatasetColumns, complexity_scores, source_codes
 from verl import DataProto
 
 #: non-tensor key carrying the dataset row a prompt was drawn from
@@ -100,24 +100,15 @@ def dataset_columns(dataset: Any) -> DatasetColumns:
         raise DataError(f"{origin}: no 'data_source' column (columns: {', '.join(sorted(names))})")
     wanted = ["data_source"] + (["extra_info"] if "extra_info" in names else [])
     table: pa.Table = frame.select_columns(wanted).with_format("arrow")[:]
-    source = table.column("data_source")
-    if source.null_count:
-        first = int(pc.index(pc.is_null(source), True).as_py())
-        raise DataError(f"{origin}: {source.null_count} rows have no data_source (first at row {first})")
-    enc = pc.dictionary_encode(source.cast(pa.string())).combine_chunks()
-    names_unsorted = [str(x) for x in enc.dictionary.to_pylist()]
-    order = np.argsort(names_unsorted)
-    remap = np.empty(len(order), np.int64)
-    remap[order] = np.arange(len(order))
-    codes = remap[enc.indices.to_numpy(zero_copy_only=False)]
+    if table.num_rows == 0:
+        raise DataError(f"{origin}: the train dataset has no rows (after verl's filtering)")
+    codes, source_names = source_codes(table.column("data_source"), origin)  # typed and null checks there
     complexity = None
     if "extra_info" in wanted:
         info = table.column("extra_info").combine_chunks()
         if pa.types.is_struct(info.type) and info.type.get_field_index("complexity_score") >= 0:
-            field = pc.struct_field(info, "complexity_score")
-            complexity = np.asarray(field.cast(pa.float32()).to_numpy(zero_copy_only=False), dtype=np.float32)
-    small = np.int8 if len(order) < 128 else np.int16 if len(order) < 32768 else np.int32
-    return DatasetColumns(codes.astype(small), tuple(sorted(names_unsorted)), complexity, origin)
+            complexity = complexity_scores(pc.struct_field(info, "complexity_score"), origin)
+    return DatasetColumns(codes, source_names, complexity, origin)
 
 
 # -- DataProto -> Batch -------------------------------------------------------------------------

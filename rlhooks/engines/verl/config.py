@@ -34,6 +34,7 @@ from typing import Any
 
 from rlhooks.core.config import DAPO_FILTER_NAMES, Config, lift_filter_run_options, load_config, load_yaml
 from rlhooks.core.errors import ConfigError, ConfigIssue
+from rlhooks.core.rundir import safe_run_name
 
 #: the key of the rlhooks block in verl's config
 BLOCK = "rlhooks"
@@ -182,7 +183,7 @@ def rlhooks_config(verl_config: Any, *, steps: int | None = None, registry: Any 
     if run.get("seed") is None and _get(verl_config, "data.seed") is not None:
         run["seed"] = _get(verl_config, "data.seed")
     if "name" not in run and _get(verl_config, "trainer.experiment_name"):
-        run["name"] = str(_get(verl_config, "trainer.experiment_name"))
+        run["name"] = safe_run_name(str(_get(verl_config, "trainer.experiment_name")))  # 'a/b' -> 'a-b'
     raw["run"] = run
     issues += _filter_groups(verl_config, raw)
     if issues:

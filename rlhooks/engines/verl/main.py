@@ -194,11 +194,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlhooks.engines.verl.main", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        return run_from_args(args)
-    except RLHooksError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    from rlhooks.core import interrupt
+
+    with interrupt.signals_interrupt():  # SIGTERM like Ctrl-C, as under `rlhooks train`
+        try:
+            return run_from_args(args)
+        except RLHooksError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt as exc:
+            print("rlhooks: interrupted; the run ended with status 'interrupted'", file=sys.stderr)
+            return interrupt.exit_code(exc)
 
 
 if __name__ == "__main__":

@@ -7,32 +7,10 @@ from collections.abc import Mapping
 from numbers import Number
 from typing import Any
 
-import attrs
 import numpy as np
 
-from rlhooks.core.dispatch import DEFAULT_FLUSH_TIMEOUT_S, DEFAULT_PUT_TIMEOUT_S, DEFAULT_QUEUE_SIZE
-
-
-def positive(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
-    if value is not None and value <= 0:
-        raise ValueError(f"must be > 0, got {value!r}")
-
-
-def non_negative(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
-    if value is not None and value < 0:
-        raise ValueError(f"must be >= 0, got {value!r}")
-
-
-@attrs.frozen(kw_only=True)
-class DispatchOptions:
-    """Options every built-in backend has: its queue (see rlhooks/core/dispatch.py)."""
-
-    #: calls the backend may have queued before the training thread waits for it
-    queue_size: int = attrs.field(default=DEFAULT_QUEUE_SIZE, validator=positive)
-    #: at on_run_end, how long to wait for the queue to drain before declaring the backend hung
-    flush_timeout_s: float = attrs.field(default=DEFAULT_FLUSH_TIMEOUT_S, validator=positive)
-    #: how long the training thread waits on a full queue before declaring the backend hung
-    put_timeout_s: float = attrs.field(default=DEFAULT_PUT_TIMEOUT_S, validator=positive)
+# re-exported for the built-in backends (the validators and DispatchOptions are public API now)
+from rlhooks import DispatchOptions, non_negative, positive  # noqa: F401
 
 
 def to_number(value: Any) -> float | int | None:

@@ -17,9 +17,8 @@ import attrs
 import numpy as np
 import structlog
 
-from rlhooks import hookimpl
-from rlhooks.core.records import METRICS_FILE, encode_record, nonfinite_name
-from rlhooks.core.records import read_records as read_records  # moved to core; still importable here
+from rlhooks import METRICS_FILE, encode_record, hookimpl, nonfinite_name
+from rlhooks import read_records as read_records  # the format is core's; still importable here
 from rlhooks.plugins.backends._common import DispatchOptions, json_safe, to_number
 
 log = structlog.get_logger("rlhooks.backends")

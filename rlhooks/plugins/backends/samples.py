@@ -29,9 +29,8 @@ import attrs
 import numpy as np
 import structlog
 
-from rlhooks import Batch, hookimpl
-from rlhooks.core import batch as B
-from rlhooks.core.batch import run_starts
+import rlhooks
+from rlhooks import Batch, hookimpl, run_starts
 from rlhooks.plugins.backends._common import non_negative, positive
 
 log = structlog.get_logger("rlhooks.backends")
@@ -39,8 +38,9 @@ log = structlog.get_logger("rlhooks.backends")
 #: the sample-logging spec's fields as Batch columns, in table order; ``reward_fn/*`` expands to
 #: the per-function rewards and ``@extras`` to the reward extras (acc, score, ...) of the batch
 DEFAULT_COLUMNS = (
-    B.UID, B.INDEX, B.DATA_SOURCE, B.PROMPT, B.RESPONSE, B.TARGET, B.REWARD, B.FINAL_REWARD,
-    B.REWARD_FN_PREFIX + "*", "@extras", B.ADVANTAGE, B.PROMPT_LENGTH, B.RESPONSE_LENGTH,
+    rlhooks.UID, rlhooks.INDEX, rlhooks.DATA_SOURCE, rlhooks.PROMPT, rlhooks.RESPONSE, rlhooks.TARGET,
+    rlhooks.REWARD, rlhooks.FINAL_REWARD, rlhooks.REWARD_FN_PREFIX + "*", "@extras", rlhooks.ADVANTAGE,
+    rlhooks.PROMPT_LENGTH, rlhooks.RESPONSE_LENGTH,
 )
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -134,7 +134,7 @@ class _SampleTable(abc.ABC):
             raise KeyError(
                 f"{self.options.table}: the sort key {key!r} is not a column of this batch "
                 f"(columns: {', '.join(batch.columns)}); set 'key' to one of them"
-                + ("; 'advantage' exists only in the trained rows: set rows: trained" if key == B.ADVANTAGE else "")
+                + ("; 'advantage' exists only in the trained rows: set rows: trained" if key == rlhooks.ADVANTAGE else "")
             )
         return np.asarray(batch[key], dtype=np.float64)
 
@@ -272,7 +272,7 @@ class TopBottomKSamples(_SampleTable):
         top: int | None = attrs.field(default=None, validator=_opt_count)
         bottom: int | None = attrs.field(default=None, validator=_opt_count)
         #: numeric column to rank by (reward, final_reward, acc, reward_fn/<name>, response_length, ...)
-        key: str = B.REWARD
+        key: str = rlhooks.REWARD
         #: columns (names or glob patterns) of each row; default: the sample-logging spec's fields
         columns: list[str] | None = None
         table: str = "samples/top_bottom_k"
@@ -300,9 +300,9 @@ class PerSourceSamples(_SampleTable):
         k: int = attrs.field(default=1, validator=non_negative)
         top: int | None = attrs.field(default=None, validator=_opt_count)
         bottom: int | None = attrs.field(default=None, validator=_opt_count)
-        key: str = B.REWARD
+        key: str = rlhooks.REWARD
         #: the column that names a row's source
-        source_column: str = B.DATA_SOURCE
+        source_column: str = rlhooks.DATA_SOURCE
         columns: list[str] | None = None
         table: str = "samples/per_source"
         rows: Literal["generated", "trained"] = "generated"

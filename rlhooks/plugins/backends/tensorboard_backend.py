@@ -43,7 +43,7 @@ LAYOUT: dict[str, dict[str, list[Any]]] = {
         "Quality Metrics (SNR, entropy, variance)": ["Multiline", [r"^rewards/(signal_to_noise|entropy|variance)$"]],
     },
     "Training Dynamics": {
-        "Policy Metrics (KL, entropy)": ["Multiline", [r"^training/(kl_divergence|policy_entropy)$"]],
+        "Policy Metrics (KL, entropy)": ["Multiline", [r"^training/(kl_divergence|policy_update_kl|policy_entropy)$"]],
         "Advantages (mean, std)": ["Multiline", [r"^training/advantage_(mean|std)$"]],
     },
     "Contributions": {

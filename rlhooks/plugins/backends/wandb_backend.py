@@ -49,7 +49,7 @@ CHARTS: dict[str, tuple[str, str]] = {
     "reward_breakdown": ("Reward Breakdown: per-function rewards", r"^rewards/functions/(?!.*_std$)"),
     "quality_metrics": ("Quality Metrics: SNR, entropy, variance", r"^rewards/(signal_to_noise|entropy|variance)$"),
     "training_dynamics": ("Training Dynamics: KL, policy entropy, advantages",
-                          r"^training/(kl_divergence|policy_entropy|advantage_mean|advantage_std)$"),
+                          r"^training/(kl_divergence|policy_update_kl|policy_entropy|advantage_mean|advantage_std)$"),
     "alerts": ("Anomaly Detection: alerts per step by level", r"^alerts/(info|warning|critical)$"),
     "contributions": ("Contributions: % of the total reward by function", r"^contributions/"),
 }

@@ -8,7 +8,8 @@ The two rules are ANDed; the band applies to singleton groups too.
 Differences from the recipe, on purpose:
 
 * "std > 0" is decided exactly, as ``max > min`` over the group. The recipe's ``np.std`` of a
-  constant group such as sixteen 0.1 scores can come out as 1e-17 through rounding and keep it.
+  constant group such as twelve 0.1 scores comes out as 1.4e-17 through rounding (group sizes
+  that are not powers of two) and keeps it.
 * A group with a NaN or +-inf value has an undefined std (the recipe's ``np.std`` gives NaN and
   ``NaN > 0`` is false), so it is dropped, unless it is a singleton (kept, as in the recipe).
   Non-finite values are counted in ``filter/nonfinite_rows`` / ``filter/nonfinite_groups``.
@@ -24,8 +25,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from rlhooks.core.batch import FINAL_REWARD, REWARD, UID, Batch, BatchError
-from rlhooks.core.components import FilterDecision
+from rlhooks import FINAL_REWARD, REWARD, UID, Batch, BatchError, FilterDecision
 
 
 #: metric names that do not name a column directly

@@ -39,8 +39,7 @@ import numpy as np
 from rlhooks import Batch, hookimpl
 from rlhooks.core.batch import INDEX, BatchError
 from rlhooks.core.components import FilterDecision
-from rlhooks.core.learning import COLUMN_PREFIX
-from rlhooks.plugins.samplers._draw import _mix
+from rlhooks.core.learning import COLUMN_PREFIX, keyed_uniforms
 
 RUN_COLUMN = COLUMN_PREFIX + "zero_var_run"
 STATE_VERSION = 1
@@ -160,17 +159,8 @@ class SelectiveRollout:
     def uniforms(self, batch: Batch) -> np.ndarray:
         """One reproducible U[0, 1) per prompt from (seed, step, generation, draw, row index)."""
         meta = batch.meta
-        key = np.array(
-            [self.seed & 0xFFFFFFFF, int(meta.get("step", 0)), int(meta.get("generation", 1)), int(meta.get("draw", 1))],
-            dtype=np.uint64,
-        )
-        k = np.uint64(0)
-        for word in key:
-            k = _mix(np.asarray([k ^ word], dtype=np.uint64))[0]
-        idx = np.asarray(batch[INDEX], dtype=np.int64).astype(np.uint64)
-        pos = np.arange(len(idx), dtype=np.uint64)  # a row drawn twice in one batch gets two draws
-        h = _mix(_mix(idx ^ k) ^ pos)
-        return (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+        words = (self.seed, int(meta.get("step", 0)), int(meta.get("generation", 1)), int(meta.get("draw", 1)))
+        return keyed_uniforms(words, batch[INDEX])  # a row drawn twice in one batch gets two draws
 
     def select(self, batch: Batch) -> FilterDecision:
         n = len(batch)

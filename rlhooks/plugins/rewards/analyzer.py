@@ -58,7 +58,7 @@ import attrs
 import numpy as np
 import structlog
 
-from rlhooks.core.records import read_records
+from rlhooks import read_records
 from rlhooks.plugins.rewards.stats import function_stats, reward_stats
 
 log = structlog.get_logger("rlhooks.rewards.analyzer")

@@ -45,9 +45,7 @@ import attrs
 import numpy as np
 import structlog
 
-from rlhooks import Batch, hookimpl
-from rlhooks.core.batch import ADVANTAGE, REWARD, REWARD_FN_PREFIX
-from rlhooks.core.run import RunContext
+from rlhooks import ADVANTAGE, REWARD, REWARD_FN_PREFIX, Batch, RunContext, hookimpl, write_atomic
 from rlhooks.plugins.rewards.alerts import DEFAULT_ALERTS, AlertManager, AlertSpec
 from rlhooks.plugins.rewards.analyzer import AnalyzerError, RewardAnalyzer
 from rlhooks.plugins.rewards.stats import function_stats, reward_stats
@@ -160,7 +158,7 @@ class RewardMonitor:
         )
         if self.run is not None:
             path = self.run.run_dir / self.options.summary_file
-            path.write_text(json.dumps(summary, indent=2, default=_json_default), encoding="utf-8")
+            write_atomic(path, json.dumps(summary, indent=2, default=_json_default))  # never a 0-byte file
 
     # -- resumable state ------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

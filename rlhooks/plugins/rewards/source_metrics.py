@@ -24,8 +24,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from rlhooks import Batch, hookimpl
-from rlhooks.core.batch import DATA_SOURCE, REWARD, factorize
+from rlhooks import DATA_SOURCE, REWARD, Batch, factorize, hookimpl
 
 ACC = "acc"
 
@@ -38,7 +37,6 @@ class SourceMetricsOptions:
     source_column: str = DATA_SOURCE
 
 
-#: above this many distinct labels factorize() sorts instead of scanning once per label
 def source_sums(batch: Batch, source_column: str = DATA_SOURCE) -> dict[str, np.ndarray]:
     """Per-source sums for one batch: names, count, and (sum, finite count) of reward and acc."""
     names, codes = factorize(batch[source_column])

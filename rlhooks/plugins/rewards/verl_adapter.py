@@ -45,8 +45,8 @@ def _resolve(names: tuple[str, ...]) -> tuple[tuple[str, Callable[..., float]], 
     for name in names:
         fn = BUILTIN_FUNCTIONS.get(name)
         if fn is None:  # a third-party function registered in rlhooks.rewards
-            from rlhooks.core.components import RewardFunction, is_reward_function
-            from rlhooks.core.registry import Registry
+            from rlhooks import RewardFunction
+            from rlhooks.host import Registry, is_reward_function
 
             registry = registry or Registry()
             obj = registry.resolve("reward", name)  # unknown names: error with did-you-mean

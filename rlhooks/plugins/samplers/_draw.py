@@ -1,9 +1,10 @@
 """Numeric building blocks of the samplers: counts per batch, weight clamping, pools.
 
-Nothing here holds per-row Python objects: a pool is a numpy array of row indices and drawing
-from it without replacement uses a keyed pseudo-random permutation (a Feistel network with
-domain filtering), so a "pass" over a pool of any size costs O(draws), needs no shuffled copy of
-the pool, and is reproduced exactly from a few integers (seed, pass number, cursor, pool size).
+Nothing here holds per-row Python objects. A pool is a numpy array of row indices; drawing from
+it without replacement walks the pool's order for the current pass, a shuffled int32 copy of the
+pool made when the pass starts (seeded by seed, pool name, pass number and pool size, so it is
+reproduced exactly from those few integers on resume). A draw is then a slice: O(draws) with a
+tiny constant, and the shuffle's O(pool) cost is paid once per pass.
 """
 
 from __future__ import annotations
@@ -14,49 +15,6 @@ from typing import Any
 
 import numpy as np
 
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
-_ROUNDS = 4  # Luby-Rackoff: four rounds make a Feistel network a strong pseudo-random permutation
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer: a cheap, well-distributed 64-bit hash (uint64 wraps, no warnings)."""
-    x = x ^ (x >> _S30)  # a fresh array; the rest works in place
-    x *= _M1
-    x ^= x >> _S27
-    x *= _M2
-    x ^= x >> _S31
-    return x
-
-
-class Permutation:
-    """A keyed bijection of ``range(domain)``, ``domain = 4**h >= n``, evaluated on position arrays.
-
-    A balanced Feistel network over ``2h`` bits. A pass over a pool of ``n`` rows walks the
-    domain positions in order and keeps the outputs below ``n``: every row comes exactly once
-    per pass, and a draw costs one vectorized evaluation (no per-element cycle walking loop).
-    The domain is < 4n, so on average fewer than 4 positions are evaluated per row drawn.
-    """
-
-    __slots__ = ("n", "domain", "keys", "half", "mask")
-
-    def __init__(self, n: int, key_words: np.ndarray) -> None:
-        self.n = int(n)
-        bits = max(2, (self.n - 1).bit_length())
-        bits += bits % 2
-        self.domain = 1 << bits
-        self.half = np.uint64(bits // 2)
-        self.mask = np.uint64((1 << (bits // 2)) - 1)
-        self.keys = np.asarray(key_words, dtype=np.uint64)[:_ROUNDS]
-
-    def encrypt(self, positions: np.ndarray) -> np.ndarray:
-        x = np.asarray(positions, dtype=np.uint64)
-        left, right = x >> self.half, x & self.mask
-        for k in self.keys:
-            left, right = right, left ^ (_mix(right ^ k) & self.mask)
-        return (left << self.half) | right
-
 
 def stratum_id(name: str) -> int:
     """A stable integer for a pool name (Python's hash() is salted per process)."""
@@ -66,28 +24,30 @@ def stratum_id(name: str) -> int:
 class Pools:
     """Without-replacement draws from named pools, in passes, with tiny resumable state.
 
-    Each pool keeps ``[pass, cursor, size]`` (the cursor counts permutation-domain positions).
-    A pass visits every row of the pool once in a pseudo-random order keyed by (seed, pool,
-    pass, size); when a pass ends the next begins.
-    When the pool's size changes (a curriculum unlocked rows) a new pass starts over the new
-    pool, so rows drawn just before the change may come again before the others.
+    Each pool keeps ``[pass, cursor, size]`` (the cursor counts rows drawn in the pass). A pass
+    visits every row of the pool once, in a pseudo-random order keyed by (seed, pool, pass,
+    size); when a pass ends the next begins in a new order. When the pool's size changes (a
+    curriculum unlocked rows) a new pass starts over the new pool, so rows drawn just before the
+    change may come again before the others. The rows of a pool of a given name and size must
+    not change (they are the sampler's fixed per-source or complexity-ordered index arrays).
+    Memory: the current pass's order, one int32/int64 copy of each pool being drawn from.
     """
 
     def __init__(self, seed: int) -> None:
         self.seed = int(seed)
         self.state: dict[str, list[int]] = {}
-        self._perm_cache: dict[str, tuple[tuple[int, int], Permutation]] = {}
+        self._orders: dict[str, tuple[tuple[int, int], np.ndarray]] = {}
 
-    def _perm(self, name: str, pass_no: int, n: int) -> Permutation:
-        cached = self._perm_cache.get(name)
+    def _order(self, name: str, rows: np.ndarray, pass_no: int) -> np.ndarray:
+        n = len(rows)
+        cached = self._orders.get(name)
         if cached is not None and cached[0] == (pass_no, n):
             return cached[1]
-        words = np.random.SeedSequence([self.seed & 0xFFFFFFFF, stratum_id(name), pass_no, n]).generate_state(
-            _ROUNDS, np.uint64
-        )
-        perm = Permutation(n, words)
-        self._perm_cache[name] = ((pass_no, n), perm)
-        return perm
+        rng = np.random.default_rng([self.seed & 0xFFFFFFFF, stratum_id(name), pass_no, n])
+        order = np.array(rows, copy=True)
+        rng.shuffle(order)
+        self._orders[name] = ((pass_no, n), order)
+        return order
 
     def draw(self, name: str, rows: np.ndarray, count: int) -> np.ndarray:
         """``count`` row indices from pool ``rows`` (wrapping into new passes as needed)."""
@@ -103,21 +63,12 @@ class Pools:
             st[0], st[1], st[2] = st[0] + 1, 0, n
         parts = []
         while count > 0:
-            perm = self._perm(name, st[0], n)
-            if st[1] >= perm.domain:  # the pass is over: the next one, in a new order
+            if st[1] >= n:  # the pass is over: the next one, in a new order
                 st[0], st[1] = st[0] + 1, 0
-                perm = self._perm(name, st[0], n)
-            # over-generate domain positions (a share n/domain of them land in the pool)
-            span = min(perm.domain - st[1], int(count * perm.domain / n * 1.15) + 16)
-            y = perm.encrypt(np.arange(st[1], st[1] + span, dtype=np.uint64))
-            keep = np.flatnonzero(y < np.uint64(n))
-            if len(keep) > count:
-                keep = keep[:count]
-                st[1] += int(keep[-1]) + 1
-            else:
-                st[1] += span
-            parts.append(rows[y[keep].astype(np.int64)])
-            count -= len(keep)
+            take = min(count, n - st[1])
+            parts.append(self._order(name, rows, st[0])[st[1]:st[1] + take])
+            st[1] += take
+            count -= take
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def state_dict(self) -> dict[str, list[int]]:
@@ -125,7 +76,46 @@ class Pools:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.state = {str(k): [int(x) for x in v] for k, v in state.items()}
-        self._perm_cache.clear()
+        self._orders.clear()
+
+    def restart_passes(self) -> None:
+        """Begin a new pass in every pool (for states whose cursors meant something else)."""
+        for st in self.state.values():
+            st[0], st[1] = st[0] + 1, 0
+        self._orders.clear()
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def splitmix64(x: int) -> int:
+    """splitmix64 of a Python int: a cheap, well-distributed 64-bit hash."""
+    z = (x + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+class KeyedShuffle:
+    """``shuffle(array, counter)``: an in-place shuffle determined by (seed, salt, counter).
+
+    A PCG64 generator whose 128-bit state is set from a hash of the three numbers, so that each
+    batch's shuffle is reproducible from its number alone (nothing to save) and costs ~10 µs
+    (building a Generator from a SeedSequence per batch cost more than the rest of the draw).
+    """
+
+    def __init__(self, seed: int, salt: int) -> None:
+        self._key = splitmix64(splitmix64(int(seed) & _MASK64) ^ salt)
+        self._bits = np.random.PCG64(0)
+        self._rng = np.random.Generator(self._bits)
+        self._inc = (splitmix64(self._key ^ 0x1) << 1) | 1  # PCG's stream: any odd number
+
+    def shuffle(self, array: np.ndarray, counter: int) -> None:
+        lo = splitmix64(self._key ^ int(counter))
+        hi = splitmix64(lo ^ self._key)
+        self._bits.state = {"bit_generator": "PCG64", "state": {"state": (hi << 64) | lo, "inc": self._inc},
+                            "has_uint32": 0, "uinteger": 0}
+        self._rng.shuffle(array)
 
 
 def largest_remainder(weights: np.ndarray, total: int, carry: np.ndarray) -> np.ndarray:

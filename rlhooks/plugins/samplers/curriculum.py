@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import attrs
 import numpy as np
 
-from rlhooks.core.data import DataError
+from rlhooks import DataError
 from rlhooks.plugins.samplers._draw import largest_remainder
 from rlhooks.plugins.samplers.multi_source import (
     MultiSourceOptions,

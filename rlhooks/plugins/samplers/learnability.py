@@ -35,8 +35,8 @@ import numpy as np
 
 from rlhooks import Batch, hookimpl
 from rlhooks.core.batch import ADVANTAGE, DATA_SOURCE, REWARD, factorize
-from rlhooks.core.learning import UNSEEN_LEARNABILITY, LearningState
-from rlhooks.plugins.samplers._draw import _mix, clamp_ratio, stratum_id
+from rlhooks.core.learning import UNSEEN_LEARNABILITY, LearningState, keyed_uniforms
+from rlhooks.plugins.samplers._draw import clamp_ratio, stratum_id
 from rlhooks.plugins.samplers.multi_source import (
     MultiSourceOptions,
     MultiSourceSampler,
@@ -85,15 +85,6 @@ class UCBOptions(MultiSourceOptions):
     #: largest allowed max(weight) / min(weight) (DUMP itself has no bound)
     max_source_ratio: float = attrs.field(default=20.0, validator=_ratio)
     update_frequency: int = attrs.field(default=1, validator=_positive_int)
-
-
-def _uniforms(seed: int, words: tuple[int, ...], idx: np.ndarray) -> np.ndarray:
-    """U[0, 1) per index from a keyed hash (reproducible from the words alone)."""
-    k = np.uint64(seed & 0xFFFFFFFFFFFFFFFF)
-    for w in words:
-        k = _mix(np.asarray([k ^ np.uint64(w & 0xFFFFFFFFFFFFFFFF)], dtype=np.uint64))[0]
-    h = _mix(_mix(np.asarray(idx, dtype=np.int64).astype(np.uint64) ^ k) ^ np.arange(len(idx), dtype=np.uint64))
-    return (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
 
 
 class LearnabilitySampler(MultiSourceSampler):
@@ -146,7 +137,7 @@ class LearnabilitySampler(MultiSourceSampler):
         need = count
         for attempt in range(MAX_ATTEMPTS):
             cand = self._pools.draw(name, self._rows[i], need * 2 + 8)
-            u = _uniforms(self.seed, (_ACCEPT_SALT, stratum_id(name), self._batch_no, attempt), cand)
+            u = keyed_uniforms((self.seed, _ACCEPT_SALT, stratum_id(name), self._batch_no, attempt), cand)
             accept = u < floor + (1 - floor) * self.learning.learnability(cand) / UNSEEN_LEARNABILITY
             ok = cand[accept]
             got.append(ok[:need])

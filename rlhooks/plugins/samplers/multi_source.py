@@ -32,11 +32,9 @@ import attrs
 import numpy as np
 import structlog
 
-from rlhooks import Batch, hookimpl
-from rlhooks.core.batch import factorize
-from rlhooks.core.components import Sampler
-from rlhooks.core.data import DataError, DatasetColumns
+from rlhooks import Batch, DataError, DatasetColumns, Sampler, build_options, factorize, hookimpl
 from rlhooks.plugins.samplers._draw import (
+    KeyedShuffle,
     Pools,
     clamp_ratio,
     largest_remainder,
@@ -46,7 +44,9 @@ from rlhooks.plugins.samplers._draw import (
 
 log = structlog.get_logger("rlhooks.samplers")
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+#: version 1 (rlhooks 0.1) walked its passes in another order: its pool cursors are not reusable
+OLD_STATE_VERSIONS = (1,)
 _SHUFFLE_SALT = 0x5A17
 
 
@@ -115,13 +115,7 @@ def coerce_options(cls: type, options: Any) -> Any:
     if options is None:
         options = {}
     if isinstance(options, Mapping):
-        from rlhooks.core.config import structure_options
-        from rlhooks.core.errors import ConfigError
-
-        built, issues = structure_options(opts_cls, options, "sampler", cls.__name__)
-        if issues:
-            raise ConfigError(issues)
-        return built
+        return build_options(opts_cls, options, path="sampler", plugin=cls.__name__)
     raise TypeError(f"{cls.__name__} options must be a {opts_cls.__name__} or a mapping, got {type(options).__name__}")
 
 
@@ -157,6 +151,7 @@ class MultiSourceSampler(Sampler):
         self._batch = np.zeros(0, dtype=np.int64)
         self._offset = 0
         self._pools = Pools(self.seed)
+        self._shuffle = KeyedShuffle(self.seed, _SHUFFLE_SALT)
         self._init_extra()
         self._log_init()
 
@@ -279,8 +274,7 @@ class MultiSourceSampler(Sampler):
         counts = largest_remainder(self._weights, m, self._carry)
         parts = [self._draw_source(i, int(c)) for i, c in enumerate(counts) if c > 0]
         idx = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        rng = np.random.default_rng([self.seed % 2**63, _SHUFFLE_SALT, self._batch_no])
-        rng.shuffle(idx)
+        self._shuffle.shuffle(idx, self._batch_no)
         self._batch_no += 1
         self.last_counts = dict(zip(self.sources, counts.tolist()))
         return idx.astype(np.int64, copy=False)
@@ -405,7 +399,8 @@ class MultiSourceSampler(Sampler):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         mine = self._fingerprint()
         theirs = {k: state.get(k) for k in mine}
-        if state.get("version") != STATE_VERSION or theirs != mine:
+        version = state.get("version")
+        if version not in (STATE_VERSION, *OLD_STATE_VERSIONS) or theirs != mine:
             diff = {k: (theirs[k], mine[k]) for k in mine if theirs[k] != mine[k]}
             raise DataError(
                 f"{self.name}: cannot resume from this state: it was saved for a different sampler or dataset "
@@ -414,7 +409,14 @@ class MultiSourceSampler(Sampler):
             )
         self.seed = int(state["seed"])
         self._pools = Pools(self.seed)
+        self._shuffle = KeyedShuffle(self.seed, _SHUFFLE_SALT)
         self._pools.load_state_dict(state["pools"])
+        if version != STATE_VERSION:
+            self._pools.restart_passes()
+            log.warning(
+                f"[{self.name}] sampler state of version {version} (rlhooks 0.1): each source starts a new "
+                "pass over its rows; weights, reward EMAs, curriculum and position in the epoch are restored"
+            )
         self._epoch = int(state["epoch"])
         self._pos = int(state["pos"])
         self._batch_no = int(state["batch_no"])

@@ -1,0 +1,351 @@
+"""Run directories: safe names, one writer at a time, replacing only finished runs, atomic files.
+
+Every engine writes a run into ``<run.out_dir>/<run.name>/``. This module is the one place that
+decides what may happen to such a directory:
+
+* ``check_run_name``: a run name is one plain path component (not empty, ``.``, ``..``,
+  absolute, or containing a path separator), so a run directory is never its parent or a
+  sibling's; the config refuses any other name at load time (key ``run.name``).
+* ``RunDirLock``: while a run writes its directory it holds an exclusive ``flock`` on
+  ``<run_dir>/.rlhooks.lock``, a file holding its pid, host and start time. A second run on the
+  same directory refuses to start and names that process. The kernel drops the lock when its
+  process dies, so a lock left by a dead process is taken over (with a warning naming it).
+  The lock file itself is never deleted (deleting it would let two processes lock two different
+  files of the same name). Re-entrant within a process: an engine's CLI and its RunManager may
+  both hold it.
+* ``RunDirectory``: a directory a command *replaces* on a rerun (``rlhooks simulate``). It is
+  marked with ``.rlhooks-simulate`` (JSON: who made it, pid, host, start, and once the run
+  ended its status and the entries it wrote). A rerun replaces only a directory with that
+  marker whose run *finished*, and deletes only the entries the marker lists; anything else
+  in it (a file a user added, a run that was killed and never finished) makes it refuse,
+  having deleted nothing.
+* ``write_atomic``: a run-end file (summary.json, ...) is written to a temporary file in the
+  same directory, flushed to disk and renamed over the target: readers see the old file or
+  the whole new one, never a 0-byte or partial file, also when the disk is full.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import errno
+import fcntl
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from rlhooks.core.errors import RLHooksError
+
+log = structlog.get_logger("rlhooks.rundir")
+
+LOCK_FILE = ".rlhooks.lock"
+#: marks a directory made by a command that replaces it on a rerun (the name older versions used)
+MARKER_FILE = ".rlhooks-simulate"
+#: files rlhooks keeps in a run directory for itself (not run output)
+BOOKKEEPING = frozenset({LOCK_FILE, MARKER_FILE})
+
+
+class RunDirError(RLHooksError):
+    """A run directory cannot be used: in use by another run, or not safe to replace."""
+
+
+def check_run_name(name: Any) -> str | None:
+    """Why ``name`` cannot name a run directory, or None when it can."""
+    if not isinstance(name, str):
+        return f"must be a string, got {type(name).__name__}"
+    if not name.strip():
+        return "must not be empty (the run would be written straight into run.out_dir)"
+    if name in (".", ".."):
+        return f"must not be {name!r} (the run directory would be run.out_dir or its parent)"
+    seps = {"/", "\\", os.sep, *(filter(None, [os.altsep]))}
+    if any(s in name for s in seps) or os.path.isabs(name):
+        return f"must be one directory name without path separators, got {name!r} (put the parent in run.out_dir)"
+    if "\x00" in name:
+        return "must not contain a NUL character"
+    if len(name.encode("utf-8", "surrogatepass")) > 255:
+        return "is longer than 255 bytes, the limit of a directory name"
+    return None
+
+
+def safe_run_name(text: str) -> str:
+    """``text`` made into a valid run name (separators and NULs become '-'), for names derived
+    from another tool's setting (e.g. verl's trainer.experiment_name)."""
+    out = "".join("-" if c in "/\\\x00" else c for c in str(text)).strip()
+    if out in ("", ".", ".."):
+        out = "run"
+    return out[:200]
+
+
+# -- locking ---------------------------------------------------------------------------------
+
+_held: dict[str, list[Any]] = {}  # realpath -> [file object, count]
+_held_lock = threading.Lock()
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _holder_text(info: dict[str, Any]) -> str:
+    parts = [f"pid {info.get('pid', '?')}"]
+    if info.get("host"):
+        parts.append(f"on {info['host']}")
+    if info.get("started"):
+        parts.append(f"started {info['started']}")
+    if info.get("command"):
+        parts.append(f"({info['command']})")
+    return " ".join(parts)
+
+
+def _read_holder(fh: Any) -> dict[str, Any]:
+    try:
+        fh.seek(0)
+        text = fh.read(4096)
+        info = json.loads(text) if text.strip() else {}
+        return info if isinstance(info, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+class RunDirLock:
+    """An exclusive lock on a run directory for as long as a run writes it (see the module doc)."""
+
+    def __init__(self, run_dir: str | Path, command: str = "rlhooks") -> None:
+        self.run_dir = Path(run_dir)
+        self.command = command
+        self._key: str | None = None
+
+    def acquire(self) -> RunDirLock:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        key = os.path.realpath(self.run_dir)
+        with _held_lock:
+            held = _held.get(key)
+            if held is not None:  # this process already holds it (an engine CLI and its RunManager)
+                held[1] += 1
+                self._key = key
+                return self
+            fh = open(self.run_dir / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115 - held until release
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                info = _read_holder(fh)
+                fh.close()
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise RunDirError(f"cannot lock run directory {self.run_dir}: {exc.strerror or exc}") from None
+                raise RunDirError(
+                    f"run directory {self.run_dir} is in use by another run ({_holder_text(info) or 'unknown process'}); "
+                    f"wait for it to finish, stop it, or choose another run.name / --out"
+                ) from None
+            stale = _read_holder(fh)
+            if stale:
+                log.warning(
+                    f"run directory {self.run_dir} had a stale lock of {_holder_text(stale)}: that run did not end "
+                    f"cleanly (killed?); taking the lock over",
+                    run_dir=str(self.run_dir),
+                )
+            fh.seek(0)
+            fh.truncate()
+            fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": _now(),
+                                 "command": self.command}))
+            fh.flush()
+            _held[key] = [fh, 1]
+            self._key = key
+        return self
+
+    def release(self) -> None:
+        if self._key is None:
+            return
+        with _held_lock:
+            key, self._key = self._key, None
+            held = _held.get(key)
+            if held is None:
+                return
+            held[1] -= 1
+            if held[1] > 0:
+                return
+            del _held[key]
+            fh = held[0]
+            try:
+                fh.seek(0)
+                fh.truncate()  # an empty lock file: the last run ended cleanly
+                fh.flush()
+            except OSError:
+                pass  # e.g. disk gone; the kernel lock still goes away with the file
+            finally:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+                fh.close()
+
+    def __enter__(self) -> RunDirLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+# -- replaceable run directories -----------------------------------------------------------------
+
+
+def _read_marker(path: Path) -> dict[str, Any] | None:
+    """The marker's record; ``{"legacy": True}`` for an older version's plain-text marker."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        return {"unreadable": True}
+    try:
+        rec = json.loads(text)
+    except ValueError:
+        return {"legacy": True}
+    return rec if isinstance(rec, dict) else {"unreadable": True}
+
+
+class RunDirectory:
+    """``<out_dir>/<name>`` made (or replaced) by ``command``, locked until ``finish``."""
+
+    def __init__(self, path: Path, lock: RunDirLock, command: str) -> None:
+        self.path = path
+        self.lock = lock
+        self.command = command
+        self.started = _now()
+        self.finished = False
+
+    @classmethod
+    def create(cls, out_dir: str | Path, name: str, *, command: str) -> RunDirectory:
+        """Lock ``<out_dir>/<name>``, replacing a finished earlier run ``command`` made there."""
+        problem = check_run_name(name)
+        if problem:
+            raise RunDirError(f"run.name {problem}")
+        path = Path(out_dir) / name
+        lock = RunDirLock(path, command).acquire()
+        try:
+            _clear_finished_run(path, command)
+            rd = cls(path, lock, command)
+            write_atomic(path / MARKER_FILE, json.dumps({
+                "made_by": command, "pid": os.getpid(), "host": socket.gethostname(), "started": rd.started,
+                "finished": None,
+            }, indent=1) + "\n")
+        except BaseException:
+            lock.release()
+            raise
+        return rd
+
+    def entries(self) -> list[str]:
+        """What the run wrote: the directory's entries minus rlhooks' own bookkeeping files."""
+        return sorted(p.name for p in self.path.iterdir() if p.name not in BOOKKEEPING)
+
+    def finish(self, status: str) -> None:
+        """Record the run as finished (status and entries, so a rerun may replace them) and unlock."""
+        if self.finished:
+            return
+        self.finished = True
+        try:
+            write_atomic(self.path / MARKER_FILE, json.dumps({
+                "made_by": self.command, "pid": os.getpid(), "host": socket.gethostname(), "started": self.started,
+                "finished": _now(), "status": status, "entries": self.entries(),
+            }, indent=1) + "\n")
+        except OSError as exc:  # the run's own files matter more; a rerun will then refuse to replace
+            log.error(f"cannot record the end of the run in {self.path / MARKER_FILE}: {exc.strerror or exc}")
+        finally:
+            self.lock.release()
+
+    def __enter__(self) -> RunDirectory:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if not self.finished:
+            interrupted = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
+            self.finish("success" if exc_type is None else "interrupted" if interrupted else "failed")
+
+
+def _clear_finished_run(path: Path, command: str) -> None:
+    """Delete what a finished earlier run of ``command`` wrote in ``path``; refuse anything else."""
+    present = sorted(p.name for p in path.iterdir() if p.name != LOCK_FILE)
+    if not present:
+        return
+    marker = _read_marker(path / MARKER_FILE)
+    hint = "choose another run.name or --out, or move it away yourself"
+    if marker is None or marker.get("unreadable"):
+        raise RunDirError(
+            f"run directory {path} exists and was not made by '{command}'; {hint} "
+            f"(rlhooks never deletes a directory it did not create)"
+        )
+    if marker.get("legacy"):
+        listed = [n for n in present if n != MARKER_FILE]  # an older version's run: it made all of it
+    else:
+        if marker.get("finished") is None:
+            raise RunDirError(
+                f"run directory {path} holds a run that did not finish ({_holder_text(marker)}; killed or "
+                f"crashed), so it is not replaced; {hint}"
+            )
+        listed = [n for n in marker.get("entries", []) if isinstance(n, str)]
+        foreign = [n for n in present if n not in listed and n != MARKER_FILE]
+        if foreign:
+            raise RunDirError(
+                f"run directory {path} holds {', '.join(repr(n) for n in foreign[:5])}"
+                f"{' ...' if len(foreign) > 5 else ''}, which the earlier run did not write, so nothing is replaced; {hint}"
+            )
+    log.info("replacing the earlier run", run_dir=str(path))
+    for name in listed:
+        if name in BOOKKEEPING or name in ("", ".", "..") or "/" in name or os.sep in name:
+            continue  # only plain entries directly inside the run directory
+        target = path / name
+        if target.is_symlink() or not target.is_dir():
+            with contextlib.suppress(FileNotFoundError):
+                target.unlink()
+        else:
+            shutil.rmtree(target)
+    with contextlib.suppress(FileNotFoundError):
+        (path / MARKER_FILE).unlink()
+
+
+# -- atomic files ----------------------------------------------------------------------------------
+
+
+def write_atomic(path: str | Path, text: str | bytes, encoding: str = "utf-8") -> Path:
+    """Write ``path`` all at once: a temporary file beside it, fsync, rename over ``path``.
+
+    On any error (a full disk, ENOSPC) the temporary file is removed and the OSError raised;
+    an earlier ``path`` is left as it was, and no empty or partial ``path`` is ever seen.
+    """
+    path = Path(path)
+    data = text.encode(encoding) if isinstance(text, str) else text
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o644)  # mkstemp makes 0600; run files are as readable as the others
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:  # say which file could not be written
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+        raise
+    return path
+
+
+@contextlib.contextmanager
+def locked(run_dir: str | Path, command: str = "rlhooks") -> Iterator[RunDirLock]:
+    """``with locked(run_dir):`` hold the run directory's lock for the block."""
+    lock = RunDirLock(run_dir, command).acquire()
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
+__all__ = [
+    "RunDirError", "RunDirLock", "RunDirectory", "check_run_name", "safe_run_name", "write_atomic", "locked",
+    "LOCK_FILE", "MARKER_FILE",
+]

@@ -1,0 +1,337 @@
+"""The Streamlit script behind ``rlhooks dashboard`` (run by ``streamlit run``; run dirs after ``--``).
+
+Each panel is a ``st.container(key="panel-<name>")`` (CSS class ``st-key-panel-<name>``), so tests
+and users' own CSS can find it. A small fragment re-runs every ``--refresh`` seconds: it tails the
+runs' files and re-runs the page only when one of them grew (the sidebar's selections stay).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+from plotly.subplots import make_subplots
+
+from rlhooks.dashboard.data import DashboardError, RunTail
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
+RAW_ROWS = 500  # steps shown in the raw-data table (the newest)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="rlhooks dashboard (app)")
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--refresh", type=float, default=2.0)
+    return p.parse_args(argv)
+
+
+@st.cache_resource(show_spinner=False)
+def tail(path: str) -> RunTail:
+    return RunTail(path)
+
+
+# -- plotting -------------------------------------------------------------------------------
+
+def _style(run_i: int, key_i: int, n_runs: int) -> dict[str, Any]:
+    """One colour per metric and one dash per run when overlaying runs; one colour per metric otherwise."""
+    return {"color": PALETTE[key_i % len(PALETTE)], "dash": DASHES[run_i % len(DASHES)] if n_runs > 1 else "solid"}
+
+
+def lines(runs: list[RunTail], keys_of, title: str, label=lambda k: k, yaxis: str = "", height: int = 380) -> go.Figure | None:
+    """A line chart of ``keys_of(run)`` for every run; None when no run has any of them."""
+    fig = go.Figure()
+    all_keys = sorted({k for r in runs for k in keys_of(r)})
+    for ri, run in enumerate(runs):
+        df = run.frame
+        for key in keys_of(run):
+            if key not in df.columns:
+                continue
+            d = df[["step", key]].dropna()
+            if d.empty:
+                continue
+            name = label(key) if len(runs) == 1 else f"{run.name} · {label(key)}"
+            fig.add_trace(go.Scatter(x=d["step"], y=d[key], mode="lines", name=name,
+                                     line=_style(ri, all_keys.index(key), len(runs))))
+    if not fig.data:
+        return None
+    fig.update_layout(title=title, height=height, margin=dict(l=40, r=10, t=40, b=30), xaxis_title="step",
+                      yaxis_title=yaxis, hovermode="x unified",
+                      legend=dict(font=dict(size=10), orientation="h", yanchor="top", y=-0.25))
+    return fig
+
+
+def show(fig: go.Figure | None, key: str, missing: str) -> None:
+    if fig is None:
+        st.info(missing)
+    else:
+        st.plotly_chart(fig, key=key, config={"displaylogo": False, "displayModeBar": "hover"})
+
+
+def grid(items: list[tuple[go.Figure | None, str, str]], cols: int = 2) -> None:
+    for i in range(0, len(items), cols):
+        for col, (fig, key, missing) in zip(st.columns(cols), items[i:i + cols]):
+            with col:
+                show(fig, key, missing)
+
+
+def keys(prefix: str, suffix: str = "", exclude_suffix: str | None = None):
+    def pick(run: RunTail) -> list[str]:
+        cols = run.columns(prefix, suffix)
+        return [c for c in cols if not (exclude_suffix and c.endswith(exclude_suffix))]
+    return pick
+
+
+def fixed(*names: str):
+    return lambda run: [n for n in names if n in run.frame.columns]
+
+
+def strip(prefix: str):
+    return lambda k: k[len(prefix):] if k.startswith(prefix) else k
+
+
+def _int(v: float | None) -> int | None:
+    return None if v is None else int(v)
+
+
+# -- panels ---------------------------------------------------------------------------------
+
+def panel_overview(runs: list[RunTail]) -> None:
+    st.header("Overview")
+    rows = []
+    for r in runs:
+        rows.append({
+            "run": r.name, "status": r.status or "running", "last step": r.last_step,
+            "mean reward": r.last("rewards/mean"), "accuracy": r.last("sim/accuracy/mean"),
+            "kept ratio": r.last("filter/kept_ratio"), "alerts": _int(r.last("alerts/total")), "file": str(r.path),
+        })
+    st.table(pd.DataFrame(rows).set_index("run"))
+    st.caption(" · ".join(f"{r.name}: last step {r.last_step}, {r.status or 'running'}" for r in runs),
+               help="updates while the runs write")
+    fig = make_subplots(rows=2, cols=2, subplot_titles=("mean reward", "reward std", "min / max", "signal-to-noise"))
+    spots = [("rewards/mean", 1, 1), ("rewards/std", 1, 2), ("rewards/min", 2, 1), ("rewards/max", 2, 1),
+             ("rewards/signal_to_noise", 2, 2)]
+    for ri, run in enumerate(runs):
+        for ki, (key, row, col) in enumerate(spots):
+            if key in run.frame.columns:
+                d = run.frame[["step", key]].dropna()
+                fig.add_trace(go.Scatter(x=d["step"], y=d[key], mode="lines", name=f"{run.name} · {key}",
+                                         line=_style(ri, ki, len(runs))), row=row, col=col)
+    if fig.data:
+        fig.update_layout(height=480, margin=dict(l=40, r=10, t=40, b=30), showlegend=len(runs) > 1)
+    show(fig if fig.data else None, "overview", "No rewards/* metrics yet: enable the reward_monitor plugin.")
+
+
+def panel_functions(runs: list[RunTail]) -> None:
+    st.header("Reward functions and contributions")
+    grid([
+        (lines(runs, keys("rewards/functions/", exclude_suffix="_std"), "per-function reward (mean)",
+               strip("rewards/functions/")), "functions", "No rewards/functions/* metrics (reward_monitor logs them)."),
+        (lines(runs, keys("contributions/"), "contribution to the total reward (%)", strip("contributions/"), "%"),
+         "contributions", "No contributions/* metrics."),
+    ])
+
+
+def panel_quality(runs: list[RunTail]) -> None:
+    st.header("Quality")
+    grid([
+        (lines(runs, fixed("rewards/signal_to_noise"), "signal-to-noise", strip("rewards/")),
+         "snr", "No rewards/signal_to_noise."),
+        (lines(runs, fixed("rewards/entropy"), "entropy (nats)", strip("rewards/")), "entropy", "No rewards/entropy."),
+        (lines(runs, fixed("rewards/variance"), "reward variance", strip("rewards/")), "variance", "No rewards/variance."),
+    ], cols=3)
+    for r in runs:
+        q = (r.summaries().get("reward_monitor.json") or {}).get("quality")
+        if q:
+            st.markdown(f"**{r.name}**: quality score **{q['quality_score']:.1f}/100** (consistency "
+                        f"{q['consistency']:.2f}, discriminability {q['discriminability']:.2f}, stability "
+                        f"{q['stability']:.2f}, coverage {q['coverage']:.2f}; coverage basis: {q.get('coverage_basis', '?')})")
+            for issue in q.get("issues", []):
+                st.warning(issue)
+
+
+def panel_dynamics(runs: list[RunTail]) -> None:
+    st.header("Training dynamics")
+    grid([
+        (lines(runs, fixed("training/kl_divergence", "training/policy_update_kl"), "KL divergence", strip("training/")), "kl",
+         "No training/kl_divergence (KL to the reference: actor/kl_loss) nor training/policy_update_kl (actor/ppo_kl)."),
+        (lines(runs, fixed("training/policy_entropy"), "policy entropy", strip("training/")), "policy_entropy",
+         "No training/policy_entropy (the engine's actor/entropy)."),
+        (lines(runs, fixed("training/advantage_mean", "training/advantage_std"), "advantages", strip("training/")),
+         "advantages", "No training/advantage_* metrics."),
+    ], cols=3)
+
+
+def panel_sources(runs: list[RunTail]) -> None:
+    st.header("Per-source composition and rewards")
+
+    def per_source(metric: str):
+        return lambda run: sorted(cols[metric] for cols in run.sources().values() if metric in cols)
+
+    def source_label(key: str) -> str:
+        return key[len("source/"):].rsplit("/", 1)[0]
+
+    comp = go.Figure()
+    for ri, run in enumerate(runs):
+        counts = {name: cols["count"] for name, cols in run.sources().items() if "count" in cols}
+        if not counts:
+            continue
+        df = run.frame[["step", *counts.values()]].fillna(0.0)
+        total = df[list(counts.values())].sum(axis=1).replace(0, float("nan"))
+        for si, (name, col) in enumerate(sorted(counts.items())):
+            comp.add_trace(go.Scatter(x=df["step"], y=100 * df[col] / total, mode="lines", stackgroup=f"run{ri}",
+                                      name=name if len(runs) == 1 else f"{run.name} · {name}",
+                                      line=_style(ri, si, len(runs))))
+    if comp.data:
+        comp.update_layout(title="trained rows by source (% of the step)", height=320, yaxis_title="%",
+                           margin=dict(l=40, r=10, t=40, b=30), xaxis_title="step")
+    grid([
+        (comp if comp.data else None, "composition", "No source/<name>/count metrics (enable source_metrics)."),
+        (lines(runs, per_source("reward"), "mean reward by source (trained)", source_label), "source_reward",
+         "No source/<name>/reward metrics."),
+        (lines(runs, per_source("acc"), "accuracy by source", source_label), "source_acc", "No source/<name>/acc metrics."),
+        (lines(runs, per_source("generated_reward"), "mean reward by source (generated)", source_label),
+         "source_generated_reward", "No source/<name>/generated_reward metrics."),
+    ])
+
+
+def panel_sampler(runs: list[RunTail]) -> None:
+    st.header("Sampler weights and curriculum")
+    grid([
+        (lines(runs, keys("sampler/weight/"), "sampling weight by source", strip("sampler/weight/")), "weights",
+         "No sampler/weight/* metrics (a multi-source sampler logs them)."),
+        (lines(runs, fixed("curriculum/level"), "curriculum level", strip("curriculum/")), "curriculum_level",
+         "No curriculum/level (a curriculum sampler logs it)."),
+        (lines(runs, fixed("curriculum/percentile"), "unlocked complexity percentile", strip("curriculum/"), "%"),
+         "curriculum_percentile", "No curriculum/percentile."),
+        (lines(runs, keys("sampler/reward_ema/") if any(r.columns("sampler/reward_ema/") for r in runs)
+               else fixed("curriculum/reward_ema"), "reward EMA", strip("sampler/reward_ema/")), "reward_ema",
+         "No reward EMA metrics."),
+    ])
+
+
+def panel_filter(runs: list[RunTail]) -> None:
+    st.header("DAPO filter")
+    grid([
+        (lines(runs, fixed("filter/kept_ratio"), "kept ratio (kept / generated groups)", strip("filter/")), "kept_ratio",
+         "No filter/* metrics (add the dapo filter)."),
+        (lines(runs, keys("filter/", "groups"), "groups per step", strip("filter/")), "groups", "No filter/*groups metrics."),
+        (lines(runs, keys("filter/dropped_"), "dropped groups by reason", strip("filter/dropped_")), "dropped",
+         "No filter/dropped_* metrics."),
+        (lines(runs, fixed("train/num_gen_batches"), "generation batches per step", strip("train/")), "gen_batches",
+         "No train/num_gen_batches."),
+    ])
+
+
+def panel_alerts(runs: list[RunTail]) -> None:
+    st.header("Alerts")
+    show(lines(runs, fixed("alerts/info", "alerts/warning", "alerts/critical", "alerts/total"), "alerts",
+               strip("alerts/")), "alerts", "No alerts/* metrics (the reward_monitor logs them).")
+    for r in runs:
+        summary = (r.summaries().get("reward_monitor.json") or {}).get("alerts")
+        st.subheader(f"{r.name}")
+        if r.alert_rows:
+            st.table(pd.DataFrame(r.alert_rows[-50:]))
+        else:
+            st.markdown("no alert fired" + (" so far" if r.status is None else ""))
+        if summary:
+            by_metric = summary.get("by_metric") or {}
+            if by_metric:
+                st.table(pd.DataFrame([{"metric": m, **v} for m, v in by_metric.items()]).set_index("metric"))
+            for miss in summary.get("never_seen", []):
+                hint = f" — did you mean {', '.join(miss['did_you_mean'])}?" if miss.get("did_you_mean") else ""
+                st.warning(f"alert on {miss['metric']} never checked: no step logged it{hint}")
+
+
+def panel_samples(runs: list[RunTail]) -> None:
+    st.header("Samples")
+    any_table = False
+    for r in runs:
+        for name, history in sorted(r.tables.items()):
+            if name == "alerts" or not history:
+                continue
+            any_table = True
+            steps = [s for s, _ in history]
+            step = st.select_slider(f"{r.name} · {name}: step", options=steps, value=steps[-1],
+                                    key=f"samples-{r.path}-{name}") if len(steps) > 1 else steps[0]
+            rows = dict(history)[step]
+            st.caption(f"{r.name} · {name} · step {step} ({len(rows)} rows)")
+            st.table(pd.DataFrame(rows))
+    if not any_table:
+        st.info("No sample tables yet (enable top_bottom_k, random_samples or per_source_samples under samples:).")
+
+
+def panel_raw(runs: list[RunTail]) -> None:
+    st.header("Raw data and run-end summary")
+    for r in runs:
+        st.subheader(r.name)
+        df = r.frame.tail(RAW_ROWS)
+        st.dataframe(df, key=f"raw-{r.path}", hide_index=True, height=300)
+        st.download_button(f"download {r.name} metrics (CSV)", r.frame.to_csv(index=False), file_name=f"{r.name}-metrics.csv",
+                           key=f"csv-{r.path}")
+        summaries = r.summaries()
+        if summaries:
+            for fname, content in summaries.items():
+                st.markdown(f"`{fname}`")
+                st.json(content, expanded=2)
+        else:
+            st.markdown("no run-end summary yet" + (" (the run is still going)" if r.status is None else ""))
+
+
+PANELS = (
+    ("overview", panel_overview), ("functions", panel_functions), ("quality", panel_quality),
+    ("dynamics", panel_dynamics), ("sources", panel_sources), ("sampler", panel_sampler),
+    ("filter", panel_filter), ("alerts", panel_alerts), ("samples", panel_samples), ("raw", panel_raw),
+)
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv)
+    st.set_page_config(page_title="rlhooks dashboard", layout="wide")
+    try:
+        tails = [tail(str(p)) for p in args.runs]
+    except DashboardError as exc:
+        st.error(str(exc))
+        return
+    names = [t.name for t in tails]
+    for t in tails:  # two runs with one name stay apart
+        if names.count(t.name) > 1:
+            t.name = f"{t.name} ({t.run_dir.parent.name})"
+    with st.sidebar:
+        st.title("rlhooks")
+        chosen = st.multiselect("runs", [t.name for t in tails], default=[t.name for t in tails])
+        sections = st.multiselect("panels", [p for p, _ in PANELS], default=[p for p, _ in PANELS])
+        live = st.toggle("live update", value=True, help=f"re-read the files every {args.refresh:g} s")
+
+    runs = [t for t in tails if t.name in chosen]
+    for t in runs:
+        t.refresh()
+    seen = {str(t.path): t.version for t in runs}
+
+    @st.fragment(run_every=args.refresh if live else None)
+    def watch() -> None:
+        # redraw the page only when a file grew: redrawing two dozen charts every tick costs the browser
+        for t in runs:
+            t.refresh()
+        if any(t.version != seen[str(t.path)] for t in runs):
+            st.rerun(scope="app")
+
+    watch()
+    st.title("rlhooks dashboard")
+    if not runs:
+        st.info("select a run in the sidebar")
+        return
+    if all(t.last_step is None for t in runs):
+        st.info("waiting for the first metrics line ...")
+    for name, panel in PANELS:
+        if name in sections:
+            with st.container(key=f"panel-{name}", border=True):
+                panel(runs)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,142 @@
+"""Plugin mistakes caught at run time, not only by the contract kit (real installed plugins)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from rlhooks import Batch, PluginError, RunManager, hookimpl, load_config
+from rlhooks.core.data import DatasetColumns
+from rlhooks.core.manager import Registered, SamplerStateError
+from rlhooks.core.registry import Registry
+
+DATA = DatasetColumns.from_arrays(["a", "b", "a", "b"])
+
+
+@pytest.fixture
+def reg(third_party):
+    return Registry()
+
+
+def manager(cfg, tmp_path, reg, **kw):
+    return RunManager(load_config(cfg, registry=reg), registry=reg, run_dir=tmp_path, **kw)
+
+
+def batch(n=4):
+    return Batch({"uid": np.repeat(np.arange(n // 2), 2), "reward": np.arange(float(n)),
+                  "data_source": np.array(["a", "b"] * (n // 2), dtype=object)})
+
+
+# -- methods named like hooks but not decorated -----------------------------------------------
+
+
+def test_undecorated_and_misspelled_hook_methods_are_named_at_run_start(tmp_path, reg, capsys):
+    manager({"plugins": ["sloppy"]}, tmp_path, reg)
+    err = capsys.readouterr().err
+    assert re.search(r"plugin 'sloppy' \(options-plugins 0\.2\) at plugins\[0\]: method 'log_metrics' is named like "
+                     r"the hook 'log_metrics' but is not decorated with @hookimpl", err)
+    assert "method 'on_step_ends' looks like a misspelling of the hook 'on_step_end'" in err
+    assert "on_run_start" not in err  # decorated: fine
+
+
+def test_engine_registered_objects_are_checked_too_and_builtins_are_clean(tmp_path, reg, capsys):
+    class Forgot:
+        def on_rewards_computed(self, step, batch):
+            return {}
+
+    manager({"filters": ["dapo"], "rewards": ["source_metrics", "reward_monitor", "check_answer"],
+             "samples": ["top_bottom_k", "random_samples", "per_source_samples"],
+             "backends": ["console", "jsonl"], "sampler": "multi_source"}, tmp_path, reg,
+            extra_plugins=[("forgot", Forgot())]).build_sampler(DATA, batch_size=2)
+    err = capsys.readouterr().err
+    assert "plugin 'forgot' (engine) at forgot: method 'on_rewards_computed' is named like the hook" in err
+    assert err.count("is not decorated") == 1  # none of the built-ins
+
+
+# -- samplers that cannot be resumed ----------------------------------------------------------
+
+
+def test_sampler_without_state_gets_a_resume_warning(tmp_path, reg, capsys):
+    m = manager({"sampler": "stateless"}, tmp_path, reg)
+    assert m.build_sampler(DATA, batch_size=2) is not None
+    err = capsys.readouterr().err
+    assert ("sampler 'stateless' (options-plugins 0.2) at sampler has no state_dict or load_state_dict(): "
+            "a resumed run will not restore its position") in err
+
+
+def test_sampler_without_state_is_an_error_with_strict_plugins(tmp_path, third_party):
+    reg = Registry(disabled=["broken-plugins"])  # strict mode would refuse that one first
+    m = manager({"sampler": "stateless", "run": {"strict_plugins": True}}, tmp_path, reg)
+    with pytest.raises(SamplerStateError, match=r"has no state_dict or load_state_dict\(\).*\n.*Strict plugin mode"):
+        m.build_sampler(DATA, batch_size=2)
+
+
+def test_a_sampler_with_state_gets_no_warning(tmp_path, reg, capsys):
+    manager({"sampler": "FancySampler"}, tmp_path, reg).build_sampler(DATA, batch_size=2)
+    assert "resumed run" not in capsys.readouterr().err
+
+
+# -- on_error: raise shows the plugin's own frames; the hint only where it helps ---------------
+
+
+def test_raise_shows_the_plugins_own_frames_and_the_warn_hint(tmp_path, reg):
+    m = manager({"plugins": [{"name": "faulty", "on_error": "raise"}]}, tmp_path, reg)
+    with pytest.raises(PluginError) as e:
+        m.step_end(1, batch(), {})
+    msg = str(e.value)
+    assert msg.startswith("plugin 'faulty' from options-plugins 0.2 failed in on_step_end: BatchError:")
+    frames = re.findall(r"options_plugins/__init__\.py:(\d+) in (\w+): (.*)", msg)
+    # the hook, then its helper (innermost last), each with file:line and source; no rlhooks frames
+    assert [f[1] for f in frames] == ["on_step_end", "_ratio"]
+    assert frames[1][2] == 'return batch["reward"].sum() / batch["missing_column_total"]'
+    assert "rlhooks/core" not in msg
+    assert msg.rstrip().endswith("(set on_error: warn at plugins[0] to log and continue instead)")
+
+
+def test_no_warn_hint_for_a_steering_sampler(tmp_path, reg):
+    m = manager({"sampler": "FancySampler"}, tmp_path, reg)
+    m.build_sampler(DATA, batch_size=2)
+    with pytest.raises(PluginError, match="sampler cannot use these rewards") as e:
+        m.rewards_computed(1, batch().with_columns(explode=np.zeros(4)))
+    assert "on_error" not in str(e.value)
+    assert re.search(r"options_plugins/__init__\.py:\d+ in on_rewards_computed: raise ValueError", str(e.value))
+
+
+def test_no_warn_hint_when_a_component_cannot_be_built(tmp_path, reg):
+    with pytest.raises(PluginError) as e:
+        manager({"plugins": ["exploding"]}, tmp_path, reg)
+    msg = str(e.value)
+    assert "failed in __init__: OSError: no disk" in msg and "on_error: warn" not in msg
+    assert re.search(r"options_plugins/__init__\.py:\d+ in __init__: raise OSError", msg)
+    assert "check the options at plugins[0]" in msg
+
+
+def test_a_filter_breaking_its_contract_is_called_a_bug_not_told_to_warn(tmp_path, reg):
+    class HalfGroup:
+        def select(self, b):
+            return np.array([True, False, True, True])
+
+    m = manager({}, tmp_path, reg)
+    m.filters.append((Registered("half", "filter", "filters[0]", "half-filter 1.0", HalfGroup(), "raise"), HalfGroup()))
+    with pytest.raises(PluginError, match="kept only part of a group") as e:
+        m.apply_filters(batch())
+    msg = str(e.value)
+    assert "a bug in half-filter 1.0" in msg and "on_error: warn" not in msg
+    # raised by core's check, so the message points at the filter's select() instead
+    assert re.search(r"test_plugin_mistakes\.py:\d+ in select \(the implementation that returned it\)", msg)
+
+
+def test_no_warn_hint_for_objects_the_engine_registered(tmp_path, reg):
+    class Boom:
+        @hookimpl
+        def log_metrics(self, step, metrics):
+            raise ValueError("disk full")
+
+    m = manager({}, tmp_path, reg, extra_plugins=[("boom", Boom())])
+    m.components[-1].on_error = "raise"
+    with pytest.raises(PluginError, match="failed in log_metrics: ValueError: disk full") as e:
+        m.log_metrics(1, {"x": 1})
+    assert "on_error" not in str(e.value)
+    assert re.search(r"test_plugin_mistakes\.py:\d+ in log_metrics: raise ValueError", str(e.value))

@@ -1,0 +1,52 @@
+"""RunTail: the dashboard's incremental reader of metrics.jsonl (no browser needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pd = pytest.importorskip("pandas", reason="the dashboard extra is not installed")
+
+from rlhooks.dashboard.data import DashboardError, RunTail  # noqa: E402
+
+
+def line(**rec) -> str:
+    return json.dumps(rec, ensure_ascii=False) + "\n"
+
+
+def test_tail_reads_only_complete_lines_and_follows_appends(tmp_path):
+    f = tmp_path / "metrics.jsonl"
+    names = ["openai/gsm8k", "my data v2", "数学"]  # '/', spaces and unicode in source names
+    f.write_text(
+        line(kind="run_start", name="r1", config={"run": {}})
+        + line(kind="metrics", step=1, metrics={"rewards/mean": 1.0, **{f"source/{n}/count": 2 for n in names}})
+        + '{"kind": "metrics", "step": 2, "metr',  # a line still being written
+        encoding="utf-8")
+    t = RunTail(tmp_path)
+    assert t.refresh() and t.name == "r1" and t.last_step == 1 and t.status is None
+    assert {n: cols["count"] for n, cols in t.sources().items()} == {n: f"source/{n}/count" for n in names}
+    assert not t.refresh()  # nothing new
+    with f.open("a", encoding="utf-8") as fh:  # the rest of line 2, a table, a re-logged step (resume), the end
+        fh.write('ics": {"rewards/mean": 2.0, "x": null}}\n')
+        fh.write(line(kind="table", step=2, name="alerts", rows=[{"metric": "rewards/mean", "message": "low"}]))
+        fh.write(line(kind="metrics", step=2, metrics={"rewards/mean": 2.5}))
+        fh.write("not json\n")
+        fh.write(line(kind="run_end", status="success"))
+    assert t.refresh()
+    assert t.frame["step"].tolist() == [1, 2] and t.last("rewards/mean") == 2.5  # the last value for a step wins
+    assert t.status == "success" and t.alert_rows == [{"metric": "rewards/mean", "message": "low"}]
+    assert t.skipped_lines == 1
+    f.write_text(line(kind="metrics", step=1, metrics={"rewards/mean": 9.0}), encoding="utf-8")  # rewritten
+    assert t.refresh() and t.frame["step"].tolist() == [1] and t.last("rewards/mean") == 9.0
+    new = tmp_path / "new.jsonl"  # replaced by a longer file (a new run in the same place)
+    new.write_text("".join(line(kind="metrics", step=s, metrics={"rewards/mean": float(s)}) for s in range(1, 40)))
+    new.replace(f)
+    assert t.refresh() and t.frame["step"].tolist() == list(range(1, 40))
+
+
+def test_missing_run_is_a_clear_error(tmp_path):
+    with pytest.raises(DashboardError, match="no metrics.jsonl here; the dashboard reads what the 'jsonl' backend writes"):
+        RunTail(tmp_path)
+    with pytest.raises(DashboardError, match="no such run directory"):
+        RunTail(tmp_path / "nope")

@@ -1,0 +1,33 @@
+"""The HTML report shows the reward monitor's alert summary, including never-seen alert metrics."""
+
+from __future__ import annotations
+
+import html
+import json
+import shutil
+
+from rlhooks.report import write_report
+
+
+def test_report_has_the_alert_summary(demo_run, tmp_path):
+    alerts = json.loads((demo_run / "reward_monitor.json").read_text())["alerts"]
+    assert alerts["by_metric"]["filter/kept_ratio"]["count"] >= 1  # the run's alert fired (short name resolved)
+    page = html.unescape(write_report([demo_run], tmp_path / "report").read_text(encoding="utf-8"))
+    section = page[page.index("<h2 id='alerts'>Alerts</h2>"):page.index("<h2>Samples</h2>")]
+    levels = ", ".join(f"{k} {v}" for k, v in alerts["by_level"].items())
+    assert f"<b>{alerts['total']}</b> alert(s): {levels}" in section
+    for metric, v in alerts["by_metric"].items():
+        assert (f"<td>{metric}</td><td class='num'>{v['count']}</td><td class='num'>{v['first_step']}</td>"
+                f"<td class='num'>{v['last_step']}</td>") in section
+    assert "DAPO keeps under 90% of the groups" in section
+    assert "alert on kl_divergense never checked: no step logged it; did you mean training/kl_divergence?" in section
+
+
+def test_report_without_a_monitor_summary_says_why(demo_run, tmp_path):
+    from rlhooks.report import _alerts_section, load_run  # the page's section, without drawing every chart
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(demo_run / "metrics.jsonl", run / "metrics.jsonl")
+    section = _alerts_section(load_run(run))
+    assert "alert(s) so far; the run-end summary (reward_monitor.json) is not written yet" in section

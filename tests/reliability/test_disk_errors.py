@@ -1,0 +1,71 @@
+"""Write failures (a full disk): the run goes on without the failing backend and ends "failed"
+naming what was lost; run-end files are whole or absent, never 0-byte; no traceback.
+
+A backend writing to /dev/full (every write is ENOSPC) needs no privileges; a really full
+filesystem is a 200 KiB tmpfs, which needs root (mount) and is skipped without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlhooks.core.rundir import LOCK_FILE
+from rlhooks.engines.sim.data import write_dataset
+
+FAST = ["simulate.rows_per_source=40", "run.train_batch_size=8", "run.gen_batch_size=16", "run.n=4"]
+
+
+def _simulate(out: Path, *args: str, steps: int = 3) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "rlhooks.cli", "simulate", "--out", str(out), "--no-report", "--no-progress",
+           "--steps", str(steps), *[a for kv in FAST for a in ("--set", kv)], *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_backend_on_a_full_device_is_disabled_and_the_run_fails_naming_it(tmp_path: Path) -> None:
+    proc = _simulate(tmp_path, "--set", "backends[1].path=/dev/full")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "run ended: success" not in proc.stdout
+    assert "run ended: failed" in proc.stdout  # what every other backend recorded
+    assert "error: the run ended with status 'failed'" in proc.stderr
+    assert "jsonl (backends[1]):" in proc.stderr and "No space left on device" in proc.stderr
+    summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    lost = summary["plugin_failures"]["jsonl (backends[1])"]
+    assert lost["failures"] >= 1 and lost["by_hook"]["on_run_start"] == 1 and lost["disabled"]
+    # the other backends lost nothing
+    assert set(summary["plugin_failures"]) == {"jsonl (backends[1])"}
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path):
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root; the /dev/full test covers write failures without it")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_full_disk_never_ends_in_success_or_empty_files(tiny_tmpfs: Path, tmp_path: Path) -> None:
+    data = write_dataset(tmp_path / "data.parquet", rows_per_source=40, seed=0)  # outside the full disk
+    proc = _simulate(tiny_tmpfs, "--data", str(data), steps=60)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "run ended: success" not in proc.stdout
+    assert "No space left on device" in proc.stderr
+    run_dir = tiny_tmpfs / "demo"
+    empty = [p.name for p in run_dir.rglob("*") if p.is_file() and p.stat().st_size == 0 and p.name != LOCK_FILE]
+    assert empty == []
+    for name in ("summary.json", "reward_monitor.json"):  # whole or absent
+        if (run_dir / name).exists():
+            json.loads((run_dir / name).read_text())
+    assert not [p for p in run_dir.iterdir() if p.name.endswith(".tmp")]

@@ -1,0 +1,163 @@
+"""Run directories: safe names, one run per directory, replacing only finished runs rlhooks made.
+
+Real processes hold the locks (a second Python process), real ``rlhooks simulate`` runs write
+the directories.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import structlog
+
+import rlhooks
+from rlhooks.core.errors import ConfigError
+from rlhooks.core.rundir import LOCK_FILE, MARKER_FILE, RunDirError, RunDirLock, check_run_name, write_atomic
+from rlhooks.engines.sim.cli import simulate_run
+
+FAST = ["run.steps=2", "simulate.rows_per_source=40", "run.train_batch_size=4", "run.gen_batch_size=8", "run.n=4"]
+
+
+def _sim(out: Path, name: str = "r", *extra: str) -> dict:
+    return simulate_run(None, [*FAST, f"run.out_dir={out}", f"run.name={name}", *extra], report=False)
+
+
+@pytest.mark.parametrize("name", ["", " ", ".", "..", "/abs/path", "a/b", "../up", "a\\b", "x\x00y"])
+def test_unsafe_run_names_are_config_errors_with_their_key(name: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        rlhooks.load_config({"run": {"name": name}})
+    assert [i.path for i in err.value.issues] == ["run.name"]
+    assert check_run_name(name)
+
+
+def test_empty_name_on_the_command_line_is_refused_and_deletes_nothing(tmp_path: Path) -> None:
+    sibling = tmp_path / "out" / "other-run"
+    sibling.mkdir(parents=True)
+    (sibling / "metrics.jsonl").write_text("{}\n")
+    for _ in range(2):  # the issue's repro: the second run deleted the whole --out
+        proc = subprocess.run([sys.executable, "-m", "rlhooks.cli", "simulate", "--set", "run.name=", "--out",
+                               str(tmp_path / "out"), "--no-report", "--no-progress", "--steps", "2"],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1
+        assert "run.name: must not be empty" in proc.stderr and "Traceback" not in proc.stderr
+    assert (sibling / "metrics.jsonl").read_text() == "{}\n"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["other-run"]
+
+
+def test_rerun_replaces_a_finished_run_and_only_what_it_wrote(tmp_path: Path) -> None:
+    first = _sim(tmp_path)
+    run_dir = Path(first["run_dir"])
+    marker = json.loads((run_dir / MARKER_FILE).read_text())
+    assert marker["status"] == "success" and "metrics.jsonl" in marker["entries"]
+    assert LOCK_FILE not in first["files"] and MARKER_FILE not in first["files"]
+    (tmp_path / "sibling.txt").write_text("keep")
+    second = _sim(tmp_path)
+    assert second["status"] == "success" and (tmp_path / "sibling.txt").read_text() == "keep"
+    # a file the earlier run did not write: nothing is deleted, the rerun refuses
+    (run_dir / "my-notes.txt").write_text("mine")
+    before = sorted(p.name for p in run_dir.iterdir())
+    with pytest.raises(RunDirError, match="my-notes.txt.*did not write"):
+        _sim(tmp_path)
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+    assert (run_dir / "my-notes.txt").read_text() == "mine"
+
+
+def test_directory_not_made_by_rlhooks_is_never_replaced(tmp_path: Path) -> None:
+    mine = tmp_path / "r"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("x")
+    with pytest.raises(RunDirError, match="was not made by 'rlhooks simulate'"):
+        _sim(tmp_path)
+    assert (mine / "thesis.tex").read_text() == "x"
+
+
+HOLD = textwrap.dedent("""
+    import sys, time
+    from rlhooks.core.rundir import RunDirLock
+    lock = RunDirLock(sys.argv[1], "holder").acquire()
+    print("locked", flush=True)
+    time.sleep(120)
+""")
+
+
+def _hold_lock(run_dir: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_second_run_on_a_locked_directory_refuses_naming_the_other_process(tmp_path: Path) -> None:
+    _sim(tmp_path)
+    run_dir = tmp_path / "r"
+    before = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if p.name != LOCK_FILE}
+    holder = _hold_lock(run_dir)
+    try:
+        with pytest.raises(RunDirError, match=rf"in use by another run \(pid {holder.pid} on .* \(holder\)\)"):
+            _sim(tmp_path)
+        assert {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if p.name != LOCK_FILE} == before
+        # the same lock guards any engine's run directory (the verl shim's RunManager.running())
+        manager = rlhooks.RunManager(rlhooks.load_config({"run": {"name": "r", "out_dir": str(tmp_path)}}))
+        with pytest.raises(RunDirError, match=f"pid {holder.pid}"):
+            with manager.running():
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder died without releasing: its stale lock is detected and taken over
+    with structlog.testing.capture_logs() as logs:
+        assert _sim(tmp_path)["status"] == "success"
+    assert any(f"stale lock of pid {holder.pid}" in e["event"] for e in logs)
+
+
+def test_killed_run_is_not_replaced_but_its_lock_is_taken_over(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "rlhooks.cli", "simulate", "--out", str(tmp_path), "--no-report", "--no-progress",
+           *[a for kv in FAST for a in ("--set", kv)], "--set", "run.name=r", "--steps", "100000"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    jsonl = tmp_path / "r" / "metrics.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (jsonl.exists() and jsonl.read_text().count("\n") > 2):
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = sorted(p.name for p in (tmp_path / "r").iterdir())
+    with pytest.raises(RunDirError, match=rf"did not finish \(pid {proc.pid}"):
+        _sim(tmp_path)
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == before
+
+
+def test_lock_is_reentrant_in_one_process_and_exclusive_across_processes(tmp_path: Path) -> None:
+    with RunDirLock(tmp_path / "d", "a"), RunDirLock(tmp_path / "d", "b"):
+        code = "import sys\nfrom rlhooks.core.rundir import RunDirLock\nRunDirLock(sys.argv[1]).acquire()"
+        other = subprocess.run([sys.executable, "-c", code, str(tmp_path / "d")], capture_output=True, text=True, timeout=60)
+        assert other.returncode != 0 and f"pid {os.getpid()}" in other.stderr
+    assert (tmp_path / "d" / LOCK_FILE).read_text() == ""  # released cleanly: no stale holder left
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "d")], check=True, timeout=60)
+
+
+def test_write_atomic_keeps_the_old_file_when_the_write_fails(tmp_path: Path) -> None:
+    target = tmp_path / "summary.json"
+    write_atomic(target, "old\n")
+
+    with pytest.raises(TypeError):
+        write_atomic(target, 12345)  # type: ignore[arg-type] - fails inside the write
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]  # no temp file left
+
+
+def test_verl_experiment_name_becomes_a_safe_run_name() -> None:
+    pytest.importorskip("omegaconf")
+    from omegaconf import OmegaConf
+
+    from rlhooks.engines.verl.config import rlhooks_config
+
+    cfg = OmegaConf.create({"trainer": {"experiment_name": "team/qwen-7b"}, "data": {"train_batch_size": 4},
+                            "actor_rollout_ref": {"rollout": {"n": 2}}})
+    assert rlhooks_config(cfg).run.name == "team-qwen-7b"

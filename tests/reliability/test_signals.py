@@ -1,0 +1,59 @@
+"""SIGTERM and SIGINT end a real ``rlhooks simulate`` process cleanly: backends flushed,
+``on_run_end("interrupted")``, every run-end file written, exit 143 / 130, no traceback."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+FAST = ["run.steps=100000", "simulate.rows_per_source=40", "run.train_batch_size=4", "run.gen_batch_size=8", "run.n=4",
+        "backends[0].interval=1"]
+
+
+def _start(out: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "rlhooks.cli", "simulate", "--out", str(out), "--no-report", "--no-progress",
+           "--set", "run.name=sig", *[a for kv in FAST for a in ("--set", kv)]]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_steps(jsonl: Path, steps: int = 3) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if jsonl.exists() and jsonl.read_text().count('"kind": "metrics"') >= steps:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the run did not start logging")
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_ends_the_run_interrupted_with_every_file(tmp_path: Path, sig: signal.Signals, code: int) -> None:
+    proc = _start(tmp_path)
+    run_dir = tmp_path / "sig"
+    try:
+        _wait_for_steps(run_dir / "metrics.jsonl")
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and "Traceback" not in out
+    assert f"interrupted by {sig.name}" in err
+    assert "run ended: interrupted" in out  # the console backend got on_run_end("interrupted")
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert records[-1]["kind"] == "run_end" and records[-1]["status"] == "interrupted"
+    steps = [r["step"] for r in records if r["kind"] == "metrics"]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 3  # nothing queued was lost
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["steps"] == steps[-1]
+    monitor = json.loads((run_dir / "reward_monitor.json").read_text())
+    assert monitor  # the reward monitor wrote its run-end file
+    marker = json.loads((run_dir / ".rlhooks-simulate").read_text())
+    assert marker["status"] == "interrupted"  # a finished (interrupted) run: a rerun may replace it
