@@ -36,12 +36,9 @@ from typing import Any
 import attrs
 import numpy as np
 
-from rlhooks import Batch, hookimpl
-from rlhooks.core.batch import INDEX, BatchError
-from rlhooks.core.components import FilterDecision
-from rlhooks.core.learning import COLUMN_PREFIX, keyed_uniforms
+from rlhooks import INDEX, LEARNING_COLUMN_PREFIX, Batch, BatchError, FilterDecision, hookimpl, keyed_uniforms
 
-RUN_COLUMN = COLUMN_PREFIX + "zero_var_run"
+RUN_COLUMN = LEARNING_COLUMN_PREFIX + "zero_var_run"
 STATE_VERSION = 1
 
 

@@ -33,9 +33,17 @@ from typing import Any, ClassVar, Literal
 import attrs
 import numpy as np
 
-from rlhooks import Batch, hookimpl
-from rlhooks.core.batch import ADVANTAGE, DATA_SOURCE, REWARD, factorize
-from rlhooks.core.learning import UNSEEN_LEARNABILITY, LearningState, keyed_uniforms
+from rlhooks import (
+    ADVANTAGE,
+    DATA_SOURCE,
+    REWARD,
+    UNSEEN_LEARNABILITY,
+    Batch,
+    LearningState,
+    factorize,
+    hookimpl,
+    keyed_uniforms,
+)
 from rlhooks.plugins.samplers._draw import clamp_ratio, stratum_id
 from rlhooks.plugins.samplers.multi_source import (
     MultiSourceOptions,
