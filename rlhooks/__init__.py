@@ -20,12 +20,14 @@ from rlhooks.core.batch import (
     DATA_SOURCE,
     FINAL_REWARD,
     INDEX,
+    POLICY_VERSION,
     PROMPT,
     PROMPT_LENGTH,
     RESPONSE,
     RESPONSE_LENGTH,
     REWARD,
     REWARD_FN_PREFIX,
+    SAMPLE_ID,
     TARGET,
     UID,
     Batch,
@@ -51,6 +53,7 @@ from rlhooks.core.errors import (
 from rlhooks.core.hookspecs import hookimpl
 from rlhooks.core.learning import COLUMN_PREFIX as LEARNING_COLUMN_PREFIX
 from rlhooks.core.learning import UNSEEN_LEARNABILITY, LearningState, keyed_uniforms
+from rlhooks.core.metrics import source_key, split_source_key
 from rlhooks.core.options import DispatchOptions, build_options, finite, non_negative, positive, unit_interval
 from rlhooks.core.records import METRICS_FILE, encode_record, nonfinite_name, read_records
 from rlhooks.core.run import RunContext
@@ -67,7 +70,9 @@ __all__ = [
     # the batch, its standard column names and group helpers
     "Batch", "BatchError", "GroupIndex", "RowLazy", "factorize", "run_starts",
     "UID", "INDEX", "DATA_SOURCE", "COMPLEXITY", "REWARD", "FINAL_REWARD", "ADVANTAGE", "PROMPT",
-    "RESPONSE", "TARGET", "PROMPT_LENGTH", "RESPONSE_LENGTH", "REWARD_FN_PREFIX",
+    "RESPONSE", "TARGET", "PROMPT_LENGTH", "RESPONSE_LENGTH", "REWARD_FN_PREFIX", "SAMPLE_ID", "POLICY_VERSION",
+    # per-source metric keys (source/<name>/<metric>; names may contain '/')
+    "source_key", "split_source_key",
     # component bases and what hooks receive
     "Sampler", "FilterDecision", "RewardFunction", "NoOptions", "DatasetColumns", "RunContext",
     # the run's prompt-level learning state (RunContext.learning; learning/* columns of prompt batches)

@@ -25,6 +25,8 @@ COMPLEXITY = "complexity"  # extra_info.complexity_score (float, NaN if absent)
 REWARD = "reward"  # sequence reward: sum of token-level scores (float)
 FINAL_REWARD = "final_reward"  # sum of token-level rewards, i.e. after a KL penalty (float)
 ADVANTAGE = "advantage"  # sequence-level advantage (float)
+SAMPLE_ID = "sample_id"  # one trajectory, stable for the run (survives filtering, reordering, concat)
+POLICY_VERSION = "policy_version"  # the step whose weights generated the response (int64; 0 = initial weights)
 PROMPT = "prompt"
 RESPONSE = "response"
 TARGET = "target"  # ground truth

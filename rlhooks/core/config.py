@@ -102,6 +102,9 @@ class RunOptions:
     max_num_gen_batches: int = attrs.field(default=10, validator=_non_negative)
     #: at the limit: "raise" (the DAPO recipe's error) or "continue" with the groups kept so far
     on_gen_limit: Literal["raise", "continue"] = "raise"
+    #: per-source metrics (source/<name>/...) whenever batches carry data_source: the engines add
+    #: the ``source_metrics`` plugin unless ``rewards:`` lists it already; false turns it off
+    source_metrics: bool = True
     #: import every installed plugin at start and fail on any broken one
     strict_plugins: bool = False
     #: log every hook call with its plugin and duration
@@ -646,11 +649,14 @@ def load_config(
     registry: Registry | None = None,
     extra_sections: Mapping[str, type] | None = None,
     passthrough: Iterable[str] = (),
+    default_plugins: bool = False,
 ) -> Config:
     """Load, validate and resolve a config (a YAML path or an already-parsed mapping).
 
     ``extra_sections`` maps engine sections (e.g. ``simulate``) to the attrs class that validates
     them; ``passthrough`` names sections kept as they are for an engine to check (e.g. ``verl``).
+    ``default_plugins`` (what the engines ask for) adds the plugins a run has unless turned off:
+    ``source_metrics`` when ``run.source_metrics`` is true and ``rewards:`` does not list it.
     Raises ConfigError listing every problem found.
     """
     if source is None:
@@ -715,7 +721,29 @@ def load_config(
 
     if issues:
         raise ConfigError(issues, src_name)
+    if default_plugins:
+        sections["rewards"] = _with_source_metrics(run, sections["rewards"], registry)
     return Config(run=run, extra=extra, source=src_name, raw=raw, **sections)
+
+
+#: the plugin ``run.source_metrics`` adds
+SOURCE_METRICS = "source_metrics"
+
+
+def _with_source_metrics(run: RunOptions, rewards: tuple[ComponentConfig, ...], registry: Registry) -> tuple[ComponentConfig, ...]:
+    """``rewards`` plus the per-source metrics plugin when run.source_metrics is on and none is listed.
+
+    The added instance skips batches without the source column (it is on by default, so a dataset
+    without data_source is not an error); one listed in ``rewards:`` keeps its own options.
+    """
+    if not run.source_metrics or any(c.name == SOURCE_METRICS for c in rewards):
+        return rewards
+    comp, sub = _component("reward", {"name": SOURCE_METRICS, "missing_source": "skip"}, "run.source_metrics", registry)
+    if comp is None:  # a registry without the built-in plugin (e.g. a test's): nothing to add
+        return rewards
+    if any(c.obj is comp.obj for c in rewards):  # listed under another name
+        return rewards
+    return (*rewards, comp)
 
 
 #: DAPO filter names whose entry may carry run options, as the dynamic-sampling document groups them

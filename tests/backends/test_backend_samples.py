@@ -199,3 +199,39 @@ for _contract in (OnRunStartContract, OnRewardsComputedContract, OnStepEndContra
     for _cls_under_test in (TopBottomKSamples, RandomSamples, PerSourceSamples):
         _name = f"Test{_cls_under_test.__name__}{_contract.__name__}"
         globals()[_name] = type(_name, (_contract,), {"plugin": pytest.fixture(lambda self, c=_cls_under_test: c())})
+
+
+def test_generated_rows_get_sample_id_policy_version_and_their_trained_advantage() -> None:
+    """sample_level_logging.md's fields by default; advantage looked up in the trained rows by sample_id."""
+    s = TopBottomKSamples(TopBottomKSamples.Options(k=2))
+    run = _Recorder()
+    s.on_run_start(run)
+
+    def gen(g: int, rewards: list[float]) -> Batch:
+        n = len(rewards)
+        return Batch({"uid": np.repeat([f"u{g}a", f"u{g}b"], n // 2).astype(object), "index": np.arange(n),
+                      "sample_id": np.array([f"u{g}{'ab'[i // (n // 2)]}/{i % (n // 2)}" for i in range(n)], dtype=object),
+                      "policy_version": np.full(n, 4, dtype=np.int64), "reward": np.array(rewards)})
+
+    first, second = gen(1, [1.0, 0.0, 5.0, 5.0]), gen(2, [9.0, 0.0, -3.0, -3.0])
+    s.on_rewards_computed(5, first)
+    s.on_rewards_computed(5, second)
+    # the filters kept groups u1a and u2a; verl reordered the rows (balance_batch) before training
+    trained = Batch({"sample_id": np.array(["u2a/1", "u1a/0", "u2a/0", "u1a/1"], dtype=object),
+                     "advantage": np.array([-0.7, 0.7, 0.7, -0.7])})
+    s.on_step_end(5, trained)
+    rows = run.tables[0][2]
+    by_id = {r["sample_id"]: r for r in rows}
+    assert [r["sample_id"] for r in rows] == ["u2a/0", "u1b/0", "u2b/0", "u2b/1"]  # top 9, 5; bottom -3, -3
+    assert list(rows[0])[3:6] == ["sample_id", "policy_version", "uid"]  # the document's order, after step/selection/rank
+    assert all(r["policy_version"] == 4 for r in rows)
+    assert by_id["u2a/0"]["advantage"] == 0.7  # trained: its advantage
+    assert by_id["u1b/0"]["advantage"] is None and by_id["u2b/1"]["advantage"] is None  # filtered out: none
+
+    # a table whose columns leave out advantage gets none added
+    s = TopBottomKSamples(TopBottomKSamples.Options(k=1, columns=["sample_id", "reward"]))
+    run = _Recorder()
+    s.on_run_start(run)
+    s.on_rewards_computed(5, first)
+    s.on_step_end(5, trained)
+    assert all(set(r) == {"step", "selection", "rank", "sample_id", "reward"} for r in run.tables[0][2])

@@ -7,7 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from rlhooks import Batch, PluginError, RunManager, hookimpl, load_config
+from rlhooks import Batch, PluginError, hookimpl
+from rlhooks.host import RunManager, load_config
 from rlhooks.core.data import DatasetColumns
 from rlhooks.core.manager import Registered, SamplerStateError
 from rlhooks.core.registry import Registry

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import DEMO_STEPS as STEPS
+from .conftest import DEMO_STEPS as STEPS
 
 pytest.importorskip("streamlit", reason="the dashboard extra is not installed (pip install 'rlhooks[dashboard]')")
 selenium = pytest.importorskip("selenium", reason="selenium is part of the test extra")
@@ -141,6 +141,7 @@ def all_plots_drawn(driver):
     return snap if ok else None
 
 
+@pytest.mark.slow  # a Streamlit server and a browser: ~1 min on 2 cores (CI runs the slow tests)
 def test_every_panel_renders_with_data_overlays_runs_and_follows_appended_lines(runs, server, browser):
     base, live, rest = runs
     browser.get(server)

@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from conftest import DEMO_STEPS
+from .conftest import DEMO_STEPS
 
 from rlhooks.monitoring import RewardAnalyzer
 from rlhooks.plugins.rewards.analyzer import DECLARED, OBSERVED

@@ -6,14 +6,14 @@ import html
 import json
 import shutil
 
+import pytest
+
 from rlhooks.report import write_report
 
 
-def test_report_has_the_alert_summary(demo_run, tmp_path):
+def check_alert_section(section: str, demo_run) -> None:
     alerts = json.loads((demo_run / "reward_monitor.json").read_text())["alerts"]
     assert alerts["by_metric"]["filter/kept_ratio"]["count"] >= 1  # the run's alert fired (short name resolved)
-    page = html.unescape(write_report([demo_run], tmp_path / "report").read_text(encoding="utf-8"))
-    section = page[page.index("<h2 id='alerts'>Alerts</h2>"):page.index("<h2>Samples</h2>")]
     levels = ", ".join(f"{k} {v}" for k, v in alerts["by_level"].items())
     assert f"<b>{alerts['total']}</b> alert(s): {levels}" in section
     for metric, v in alerts["by_metric"].items():
@@ -21,6 +21,18 @@ def test_report_has_the_alert_summary(demo_run, tmp_path):
                 f"<td class='num'>{v['last_step']}</td>") in section
     assert "DAPO keeps under 90% of the groups" in section
     assert "alert on kl_divergense never checked: no step logged it; did you mean training/kl_divergence?" in section
+
+
+def test_report_alert_section(demo_run):
+    from rlhooks.report import _alerts_section, load_run  # the page's section, without drawing every chart
+
+    check_alert_section(html.unescape(_alerts_section(load_run(demo_run))), demo_run)
+
+
+@pytest.mark.slow  # draws every report chart (matplotlib)
+def test_report_page_has_the_alert_summary(demo_run, tmp_path):
+    page = html.unescape(write_report([demo_run], tmp_path / "report").read_text(encoding="utf-8"))
+    check_alert_section(page[page.index("<h2 id='alerts'>Alerts</h2>"):page.index("<h2>Samples</h2>")], demo_run)
 
 
 def test_report_without_a_monitor_summary_says_why(demo_run, tmp_path):

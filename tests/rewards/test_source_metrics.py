@@ -124,3 +124,37 @@ def test_factorize_nan_and_mixed_type_labels():
     assert codes.tolist() == [0, 1, 0, 1] and names[0] == 2.0 and np.isnan(names[1])
     out = SourceMetrics().on_step_end(step=1, batch=batch(np.array(["a", None, "a"], dtype=object), [1.0, 2.0, 3.0]))
     assert out == {"source/a/count": 2, "source/a/reward": 2.0, "source/None/count": 1, "source/None/reward": 2.0}
+
+
+# -- on by default in both engines (run.source_metrics) -----------------------------------------
+
+
+def test_engines_add_source_metrics_by_default_once_and_it_can_be_turned_off(tmp_path):
+    from rlhooks.core.config import load_config
+    from rlhooks.core.manager import RunManager
+    from rlhooks.engines.sim.engine import load_sim_config
+
+    def names(cfg):
+        return [c.name for c in cfg.rewards]
+
+    assert names(load_sim_config({"rewards": ["check_answer"]})) == ["check_answer", "source_metrics"]
+    added = load_sim_config({}).rewards[-1]
+    assert added.path == "run.source_metrics" and added.options.missing_source == "skip"
+    # listed by the user: theirs (with its options), not a second instance
+    cfg = load_sim_config({"rewards": [{"name": "source_metrics", "generated": False}]})
+    assert names(cfg) == ["source_metrics"] and cfg.rewards[0].options.generated is False
+    assert names(load_sim_config({"run": {"source_metrics": False}})) == []
+    assert names(load_config({})) == []  # plain load_config (tests, tools): only what the file lists
+    # the default instance registers once and emits source/<name>/... in a run
+    m = RunManager(load_sim_config({"run": {"out_dir": str(tmp_path)}}))
+    assert [c.name for c in m.components] == ["source_metrics"]
+
+
+def test_default_instance_skips_batches_without_a_source_the_listed_one_fails():
+    plain = Batch({"uid": np.array(["a", "b"]), "reward": np.array([1.0, 0.0])})
+    default = SourceMetrics(SourceMetricsOptions(missing_source="skip"))
+    assert default.on_rewards_computed(step=1, batch=plain) is None
+    assert default.on_step_end(step=1, batch=plain) == {}
+    assert default.on_step_end(step=2, batch=batch(["openai/gsm8k"], [1.0]))["source/openai/gsm8k/count"] == 1
+    with pytest.raises(Exception, match="data_source"):
+        SourceMetrics().on_step_end(step=1, batch=plain)

@@ -76,3 +76,13 @@ def test_simulated_run_on_verl_source_names_keeps_every_name(tmp_path, capsys):
     sources_in_tb = {split_source_key(t)[0] for t in tags if split_source_key(t) and t.endswith("/count")}
     assert sorted(sources_in_tb) == names
     assert np.isfinite([events.Scalars(f"source/{n}/generated_count")[-1].value for n in names]).all()
+    # ... and the Custom Scalars layout's per-source charts pick up every source's tag
+    import re
+
+    from rlhooks.plugins.backends.tensorboard_backend import LAYOUT
+
+    for title, (_, patterns) in LAYOUT["source"].items():
+        shown = {t for t in tags for p in patterns if re.search(p, t)}
+        if title.endswith("by source") or "by source (" in title:
+            labels = {split_source_key(t)[0] if t.startswith("source/") else t.split("/", 2)[2] for t in shown}
+            assert labels == set(names), title

@@ -180,3 +180,11 @@ def test_max_num_gen_batches_on_the_dapo_entry_is_the_run_limit(tmp_path):
         load_config(yaml_file)
     yaml_file.write_text("run: {max_num_gen_batches: 7}\nfilters: [{name: dapo, max_num_gen_batches: 7}]\n")
     assert load_config(yaml_file).run.max_num_gen_batches == 7  # the same value twice is fine
+
+
+def test_source_metrics_on_by_default_under_verl_and_off_by_a_run_option():
+    assert [c.name for c in rlhooks_config(build_config(None, [])).rewards] == ["source_metrics"]
+    off = rlhooks_config(build_config(None, ["rlhooks.run.source_metrics=false"]))
+    assert off.rewards == () and off.run.source_metrics is False
+    listed = rlhooks_config(build_config(None, ["+rlhooks.rewards=[source_metrics]"]))
+    assert [c.name for c in listed.rewards] == ["source_metrics"] and listed.rewards[0].path == "rewards[0]"

@@ -59,17 +59,18 @@ class StandinRollout:
         self.tok = tokenizer
         self.calls = 0
 
-    def generate_sequences(self, gen: DataProto) -> DataProto:
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
         self.calls += 1
+        gen = prompts
         b = len(gen)
         pad = self.tok.pad_token_id
-        prompts = torch.full((b, PROMPT_LEN), pad, dtype=torch.long)
+        prompt_ids = torch.full((b, PROMPT_LEN), pad, dtype=torch.long)
         responses = torch.full((b, RESPONSE_LEN), pad, dtype=torch.long)
         acc = np.zeros(b)
         for i in range(b):
             text = gen.non_tensor_batch["raw_prompt"][i][0]["content"]
             ids = self.tok(text)["input_ids"][-PROMPT_LEN:]
-            prompts[i, PROMPT_LEN - len(ids):] = torch.tensor(ids)  # left padded, as verl's rollout
+            prompt_ids[i, PROMPT_LEN - len(ids):] = torch.tensor(ids)  # left padded, as verl's rollout
             source = gen.non_tensor_batch["data_source"][i]
             truth = gen.non_tensor_batch["reward_model"][i]["ground_truth"]
             right = source == "easy" or (source == "mixed" and i % 2 == 0)
@@ -78,17 +79,25 @@ class StandinRollout:
             r = self.tok(" ".join(words))["input_ids"][:RESPONSE_LEN]
             responses[i, : len(r)] = torch.tensor(r)
             acc[i] = float(right)
-        prompt_mask = (prompts != pad).long()
+        prompt_mask = (prompt_ids != pad).long()
         response_mask = (responses != pad).long()
         attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
         position_ids = torch.clamp(torch.cumsum(attention_mask, dim=1) - 1, min=0)
         rm_scores = torch.zeros(b, RESPONSE_LEN)
         last = response_mask.sum(-1) - 1
         rm_scores[torch.arange(b), last] = torch.as_tensor(acc, dtype=torch.float32)
+        # the keys of verl's agent loop output (AgentLoopWorker._postprocess, AgentLoopManager.generate_sequences)
+        def extra() -> np.ndarray:
+            return np.full(b, None, dtype=object)
+
         return DataProto.from_dict(
-            tensors={"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], 1),
-                     "attention_mask": attention_mask, "position_ids": position_ids, "rm_scores": rm_scores},
-            non_tensors={"acc": acc, "multi_modal_inputs": np.array([{} for _ in range(b)], dtype=object)},
+            tensors={"prompts": prompt_ids, "responses": responses, "response_mask": response_mask,
+                     "input_ids": torch.cat([prompt_ids, responses], 1), "attention_mask": attention_mask,
+                     "position_ids": position_ids, "rm_scores": rm_scores},
+            non_tensors={"__num_turns__": np.full(b, 2, dtype=np.int32), "acc": acc,
+                         "multi_modal_inputs": np.array([{} for _ in range(b)], dtype=object),
+                         **{k: extra() for k in ("turn_scores", "tool_rewards", "min_global_steps",
+                                                 "max_global_steps", "extras")}},
             meta_info={"timing": {"agent_loop/generate_sequences/mean": 0.01}, "reward_extra_keys": ["acc"]},
         )
 
@@ -99,8 +108,8 @@ class StandinWeights:
     def __init__(self):
         self.updates: list[int] = []
 
-    def update_weights(self, step: int) -> None:
-        self.updates.append(step)
+    def update_weights(self, global_steps: int | None = None) -> None:
+        self.updates.append(global_steps)
 
     def sleep_replicas(self) -> None:
         pass
@@ -113,12 +122,12 @@ class StandinWorkerGroup:
         self._dispatch_info = {"actor": [0]}  # one data-parallel rank, for verl's _balance_batch
         self.loaded: list[str] = []
 
-    def save_checkpoint(self, local_path, remote_path, global_step, max_ckpt_to_keep=None):
+    def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
         os.makedirs(local_path, exist_ok=True)
         Path(local_path, "actor.txt").write_text(str(global_step))
 
-    def load_checkpoint(self, path, del_local_after_load=False):
-        self.loaded.append(Path(path, "actor.txt").read_text())
+    def load_checkpoint(self, local_path, hdfs_path=None, del_local_after_load=False):
+        self.loaded.append(Path(local_path, "actor.txt").read_text())
 
 
 class StandinPools:

@@ -76,7 +76,8 @@ class SimOptions:
 
 def load_sim_config(source: Any = None, overrides: list[str] | tuple[str, ...] = (), registry: Registry | None = None) -> Config:
     """A config with its ``simulate:`` section structured into SimOptions."""
-    return load_config(source, overrides=overrides, registry=registry, extra_sections={"simulate": SimOptions})
+    return load_config(source, overrides=overrides, registry=registry, extra_sections={"simulate": SimOptions},
+                       default_plugins=True)
 
 
 def sim_options(config: Config) -> SimOptions:
@@ -235,6 +236,9 @@ class SimEngine:
         acc = ((answer == target) & (kind == WELL_FORMED)).astype(np.float64)
         cols: dict[str, Any] = {
             "uid": uid,
+            "sample_id": uid * self.n + np.tile(np.arange(self.n, dtype=np.int64), p),
+            # synchronous: the weights of the previous step's update generate this step's responses
+            "policy_version": np.full(len(rows), step - 1, dtype=np.int64),
             "index": rows,
             "data_source": self._source_obj[src],
             "complexity": self._complexity[rows],

@@ -20,6 +20,10 @@ complexity         ``extra_info["complexity_score"]`` (NaN where absent)
 reward             ``token_level_scores.sum(-1)``
 final_reward       ``token_level_rewards.sum(-1)`` (after a KL penalty, when verl applies one)
 <extra>            each key of ``meta_info["reward_extra_keys"]`` (``acc``, ``score``, ...)
+sample_id          ``rlhooks_sample_id`` (``<uid>/<j>``, j = the response's number in its group),
+                   set by the shim right after generation, so it follows the row everywhere
+policy_version     ``rlhooks_policy_version``: the step whose actor update produced the weights
+                   that generated the response (0 = the initial or resumed-from weights' step)
 advantage          mean of ``advantages`` over the response mask. GRPO, RLOO, REINFORCE++ and
                    the other outcome estimators broadcast one value over a response, so this is
                    exactly the sequence advantage; for GAE it is the mean token advantage.
@@ -47,6 +51,9 @@ from verl import DataProto
 
 #: non-tensor key carrying the dataset row a prompt was drawn from
 ROW_KEY = "rlhooks_row"
+#: non-tensor keys of a trajectory's id and the version of the weights that generated it
+SAMPLE_ID_KEY = "rlhooks_sample_id"
+POLICY_VERSION_KEY = "rlhooks_policy_version"
 
 
 # -- the dataset row index ----------------------------------------------------------------------
@@ -109,6 +116,17 @@ def dataset_columns(dataset: Any) -> DatasetColumns:
         if pa.types.is_struct(info.type) and info.type.get_field_index("complexity_score") >= 0:
             complexity = complexity_scores(pc.struct_field(info, "complexity_score"), origin)
     return DatasetColumns(codes, source_names, complexity, origin)
+
+
+# -- trajectory ids ------------------------------------------------------------------------------
+
+
+def tag_trajectories(data: DataProto, n: int, policy_version: int) -> None:
+    """Give each row of a just-generated batch (``n`` contiguous rows per uid) its id and policy version."""
+    uid = np.asarray(data.non_tensor_batch["uid"]).astype(str)
+    within = np.tile(np.arange(n), len(data) // n).astype(str)
+    data.non_tensor_batch[SAMPLE_ID_KEY] = np.char.add(np.char.add(uid, "/"), within).astype(object)
+    data.non_tensor_batch[POLICY_VERSION_KEY] = np.full(len(data), int(policy_version), dtype=np.int64)
 
 
 # -- DataProto -> Batch -------------------------------------------------------------------------
@@ -215,7 +233,8 @@ def trajectory_batch(data: DataProto, tokenizer: Any = None, meta: Mapping[str, 
     n = len(data)
     keys = set(t.keys()) if t is not None else set()
     columns: dict[str, Any] = {cols.INDEX: _indices(data)}
-    for src, dst in (("uid", cols.UID), ("data_source", cols.DATA_SOURCE)):
+    for src, dst in (("uid", cols.UID), ("data_source", cols.DATA_SOURCE), (SAMPLE_ID_KEY, cols.SAMPLE_ID),
+                     (POLICY_VERSION_KEY, cols.POLICY_VERSION)):
         if src in nt:
             columns[dst] = nt[src]
     if "token_level_scores" in keys:

@@ -37,6 +37,9 @@ def _train(args: argparse.Namespace) -> int:
         os.environ["RLHOOKS_LOG_JSON"] = "1"
     if getattr(args, "verbose", False):
         os.environ["RLHOOKS_VERBOSE"] = "1"
+    from rlhooks.engines.verl.compat import check_verl_version
+
+    check_verl_version()  # before verl is imported: an unsupported verl is one clear error
     from rlhooks.engines.verl.main import run_from_args
 
     return run_from_args(args)

@@ -188,4 +188,4 @@ def rlhooks_config(verl_config: Any, *, steps: int | None = None, registry: Any 
     issues += _filter_groups(verl_config, raw)
     if issues:
         raise ConfigError(issues, "verl config")
-    return load_config(raw, registry=registry)
+    return load_config(raw, registry=registry, default_plugins=True)

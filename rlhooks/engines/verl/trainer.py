@@ -43,7 +43,7 @@ from rlhooks.core.batch import Batch
 from rlhooks.core.driver import StepDriver
 from rlhooks.core.errors import ConfigError, ConfigIssue
 from rlhooks.core.manager import RunManager
-from rlhooks.engines.verl import adapter
+from rlhooks.engines.verl import adapter, compat
 from rlhooks.engines.verl.config import rlhooks_config
 from verl import DataProto
 from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
@@ -139,6 +139,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
     """
 
     def __init__(self, *args: Any, rlhooks_plugins: Iterable[tuple[str, Any]] = (), **kwargs: Any):
+        _check_verl()
         self._rlhooks_plugins = list(rlhooks_plugins)
         config = kwargs["config"] if "config" in kwargs else args[0]
         if config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
@@ -148,6 +149,8 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 "into the accumulation loop); use verl's own trainer for ReMax, or another estimator",
             )], "verl config")
         self._epoch = 0
+        #: the step whose actor update produced the rollout's weights (0: initial weights)
+        self._policy_version = 0
         self._batches: Iterator[dict[str, Any]] | None = None
         #: (rows, metrics) of each generation batch whose log-probs were computed before filtering
         self._generation_metrics: list[tuple[int, dict[str, Any]]] = []
@@ -200,6 +203,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         self._epoch = 0
         self._load_checkpoint()
         self.checkpoint_manager.update_weights(self.global_steps)
+        self._policy_version = self.global_steps  # the resumed step's weights (0 from scratch)
         SkipManager.init(self.config)
 
         if self.config.trainer.get("val_before_train", True):
@@ -327,6 +331,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 self.llm_server_manager.stop_profile()
             _accumulate_timing(timing_raw, gen_output.meta_info.pop("timing", {}))
         batch = batch.repeat(repeat_times=n, interleave=True).union(gen_output)
+        adapter.tag_trajectories(batch, n, self._policy_version)
         if rows is not None:
             batch.non_tensor_batch[adapter.ROW_KEY] = np.repeat(np.asarray(rows, dtype=np.int64), n)
         if "response_mask" not in batch.batch.keys():
@@ -392,6 +397,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                     self._save_checkpoint()
             with marked_timer("update_weights", timing_raw, color="red"):
                 self.checkpoint_manager.update_weights(self.global_steps)
+            self._policy_version = self.global_steps  # not during critic warm-up: the actor did not change
             metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
         rollout_data_dir = self.config.trainer.get("rollout_data_dir", None)
         if rollout_data_dir:
@@ -511,6 +517,19 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         else:
             folder = find_latest_ckpt_path(os.path.abspath(trainer.default_local_dir))
         return os.path.abspath(folder) if folder else None
+
+
+def _check_verl() -> None:
+    """A supported verl, else one clear error; a warning when the verl code the shim restates changed."""
+    version = compat.check_verl_version()
+    known, changed = compat.drift(version)
+    if known is None:
+        log.warning(f"verl {version} is in the supported range but the shim was not reviewed against it; "
+                    f"run `python -m rlhooks.engines.verl.compat` to see whether the verl code it relies on changed",
+                    verl=version)
+    elif changed:
+        log.warning(f"verl {version}: code the rlhooks trainer restates or calls differs from the reviewed "
+                    f"version: {', '.join(changed)}", verl=version)
 
 
 def _row_weighted_mean(parts: list[tuple[int, dict[str, Any]]]) -> dict[str, float]:

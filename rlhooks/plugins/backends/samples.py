@@ -16,7 +16,12 @@ When a step has fewer than ``top + bottom`` rows, every row appears exactly once
 chosen first, bottom rows from the rest).
 
 Each emitted row starts with ``step``, ``selection`` ("top", "bottom" or "random") and ``rank``
-(1 = highest for top, lowest for bottom), followed by the configured columns.
+(1 = highest for top, lowest for bottom), followed by the configured columns. The default columns
+are the sample-logging document's fields: ``sample_id`` (one trajectory, stable for the run),
+``policy_version`` (the step whose weights generated the response), the group ``uid``, prompt,
+response, target, rewards, ``advantage``, lengths. Rows chosen among the generated rows get their
+``advantage`` at step end from the trained batch, matched by ``sample_id``; a row the filters
+dropped (it did not train) has ``advantage: None``.
 """
 
 from __future__ import annotations
@@ -38,9 +43,9 @@ log = structlog.get_logger("rlhooks.backends")
 #: the sample-logging spec's fields as Batch columns, in table order; ``reward_fn/*`` expands to
 #: the per-function rewards and ``@extras`` to the reward extras (acc, score, ...) of the batch
 DEFAULT_COLUMNS = (
-    rlhooks.UID, rlhooks.INDEX, rlhooks.DATA_SOURCE, rlhooks.PROMPT, rlhooks.RESPONSE, rlhooks.TARGET,
-    rlhooks.REWARD, rlhooks.FINAL_REWARD, rlhooks.REWARD_FN_PREFIX + "*", "@extras", rlhooks.ADVANTAGE,
-    rlhooks.PROMPT_LENGTH, rlhooks.RESPONSE_LENGTH,
+    rlhooks.SAMPLE_ID, rlhooks.POLICY_VERSION, rlhooks.UID, rlhooks.INDEX, rlhooks.DATA_SOURCE, rlhooks.PROMPT,
+    rlhooks.RESPONSE, rlhooks.TARGET, rlhooks.REWARD, rlhooks.FINAL_REWARD, rlhooks.REWARD_FN_PREFIX + "*", "@extras",
+    rlhooks.ADVANTAGE, rlhooks.PROMPT_LENGTH, rlhooks.RESPONSE_LENGTH,
 )
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -113,6 +118,7 @@ class _Candidates:
     keys: np.ndarray = attrs.field(factory=lambda: np.zeros(0))
     groups: np.ndarray = attrs.field(factory=lambda: np.zeros(0, dtype=object))
     seen: int = 0  # rows seen this step (arrival counter)
+    ids: np.ndarray | None = None  # each kept row's sample_id, when the batches have one
 
 
 class _SampleTable(abc.ABC):
@@ -166,9 +172,26 @@ class _SampleTable(abc.ABC):
         cand, self._cand = self._cand, None
         if cand is None or cand.step != step or not cand.rows:
             return
+        if self.options.rows == "generated":
+            self._attach_advantage(cand, batch)
         rows = self._finish(step, cand)
         if self.run is not None:
             self.run.log_table(self.options.table, rows, step=step)
+
+    def _attach_advantage(self, cand: _Candidates, trained: Batch) -> None:
+        """Generated rows get their ``advantage`` from the trained batch (by sample_id); None if not trained."""
+        wanted = self.options.columns is None or rlhooks.ADVANTAGE in self.options.columns
+        if not wanted or cand.ids is None or rlhooks.ADVANTAGE not in trained or rlhooks.SAMPLE_ID not in trained:
+            return
+        ids = np.asarray(trained[rlhooks.SAMPLE_ID], dtype=object)
+        adv = np.asarray(trained[rlhooks.ADVANTAGE], dtype=np.float64)
+        order = np.argsort(ids, kind="stable")
+        sorted_ids = ids[order]
+        pos = np.clip(np.searchsorted(sorted_ids, cand.ids), 0, max(len(ids) - 1, 0))
+        found = (sorted_ids[pos] == cand.ids) if len(ids) else np.zeros(len(cand.ids), bool)
+        values = adv[order[pos]] if len(ids) else np.zeros(len(cand.ids))
+        for row, hit, value in zip(cand.rows, found.tolist(), values.tolist()):  # the few selected rows only
+            row[rlhooks.ADVANTAGE] = value if hit else None
 
     def _active(self, step: int) -> bool:
         return step % self.options.every == 0
@@ -232,6 +255,7 @@ class _SampleTable(abc.ABC):
         idx = np.unique(np.concatenate([top, bot]))
         rows = batch.select(idx).to_rows(self._columns(batch))
         cand.seen += len(batch)
+        ids = np.asarray(batch[rlhooks.SAMPLE_ID], dtype=object)[idx] if rlhooks.SAMPLE_ID in batch else None
         # merge with the step's running selection; positions in arrival order keep ties stable
         all_keys = np.concatenate([cand.keys, keys[idx]])
         all_rows = cand.rows + rows
@@ -240,6 +264,11 @@ class _SampleTable(abc.ABC):
         keep = np.unique(np.concatenate([top, bot]))
         cand.keys = all_keys[keep]
         cand.rows = [all_rows[i] for i in keep]  # at most top + bottom rows (per group)
+        if ids is not None and (cand.ids is not None or len(all_rows) == len(rows)):
+            all_ids = ids if cand.ids is None else np.concatenate([cand.ids, ids])
+            cand.ids = all_ids[keep]
+        else:
+            cand.ids = None  # a batch without ids: no advantage lookup this step
         if groups is not None:
             cand.groups = all_groups[keep]
 

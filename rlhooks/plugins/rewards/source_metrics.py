@@ -12,6 +12,10 @@ everything generated in the step (every ``on_rewards_computed`` batch of the ste
     source/<name>/generated_reward
     source/<name>/generated_acc
 
+On by default: ``run.source_metrics: true`` (the default) adds this plugin to every run whose
+``rewards:`` does not list it, and that instance skips batches without a ``data_source`` column.
+``run.source_metrics: false`` turns it off; listing it in ``rewards:`` sets its options.
+
 Means ignore NaN/inf values (the DAPO filter counts those); a source whose values are all
 non-finite gets no mean that step. Work per batch is one factorization of the source column
 plus bincounts; the only Python loops are over the distinct sources.
@@ -19,7 +23,7 @@ plus bincounts; the only Python loops are over the distinct sources.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import numpy as np
@@ -35,6 +39,9 @@ class SourceMetricsOptions:
     generated: bool = True
     #: column naming the source
     source_column: str = DATA_SOURCE
+    #: a batch without that column: "error" (a plugin error) or "skip" it (what the instance that
+    #: ``run.source_metrics`` adds by default does)
+    missing_source: Literal["error", "skip"] = "error"
 
 
 def source_sums(batch: Batch, source_column: str = DATA_SOURCE) -> dict[str, np.ndarray]:
@@ -95,9 +102,12 @@ class SourceMetrics:
         self._step: int | None = None
         self._generated = _Totals()
 
+    def _skip(self, batch: Batch) -> bool:
+        return self.options.missing_source == "skip" and self.options.source_column not in batch
+
     @hookimpl
     def on_rewards_computed(self, step: int, batch: Batch) -> None:
-        if not self.options.generated or len(batch) == 0:
+        if not self.options.generated or len(batch) == 0 or self._skip(batch):
             return None
         if self._step != step:  # a new step: earlier generations were emitted or belong to a failed step
             self._step, self._generated = step, _Totals()
@@ -108,7 +118,7 @@ class SourceMetrics:
     def on_step_end(self, step: int, batch: Batch) -> dict[str, Any]:
         out: dict[str, float] = {}
         trained = _Totals()
-        if len(batch):
+        if len(batch) and not self._skip(batch):
             trained.add(source_sums(batch, self.options.source_column))
         generated = self._generated if self._step == step else _Totals()
         for name in generated.count:  # sources generated but not trained show count 0
