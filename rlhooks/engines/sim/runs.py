@@ -125,6 +125,9 @@ def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str,
         "target_accuracy": engine.options.target_accuracy,
         "sources": sources,
         "mean_accuracy": float(sum(a for a in acc.values()) / len(acc)) if acc else None,
+        # the mean accuracy's first step at the target, and the trajectories generated until then
+        "steps_to_target": engine.steps_to_target,
+        "generated_to_target": engine.generated_to_target,
         "curriculum": curriculum,
         "sampler_weights": {k[len("sampler/weight/"):]: v for k, v in m.items() if k.startswith("sampler/weight/")},
         "filter": filt,
@@ -160,6 +163,8 @@ def format_summary(s: dict[str, Any]) -> str:
     line = f"  trajectories: {s['generated_trajectories']:,} generated, {s['trained_trajectories']:,} trained"
     if eff is not None:
         line += f" (filter efficiency {eff:.0%})"
+    if s.get("generated_to_target") is not None:
+        line += f"; {s['generated_to_target']:,} generated until the mean accuracy reached {target:.2f} (step {s['steps_to_target']})"
     lines.append(line)
     if "kept_ratio" in {k.split("/", 1)[1] for k in s["filter"]}:
         lines.append(f"  last step: filter kept {s['filter']['filter/kept_ratio']:.0%} of generated groups")
