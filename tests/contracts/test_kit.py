@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+# The inner sessions import torch (the samplers); pytester drops every module imported after its
+# fixture was set up, and a later test importing torch's C extension a second time in this process
+# crashes it (SIGSEGV). Imported here, before any pytester fixture, it stays.
+import torch  # noqa: F401
+
 from rlhooks.testing import hook_checked_by
 
 pytest_plugins = ["pytester"]
