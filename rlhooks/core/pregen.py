@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from rlhooks.core.batch import DATA_SOURCE, INDEX, Batch, factorize
+from rlhooks.core.errors import RLHooksError
 
 
 def adaptive_size(configured: int, needed_groups: int, kept_groups: int, generated_groups: int, multiple: int = 1) -> int:
@@ -84,6 +85,13 @@ class PromptStage:
                 select = getattr(rollout, "select_prompts", None) or rollout.select
                 return select(payload, rows), prompts.select(rows)
             return payload, prompts
+        if m.learning is None:  # else the filter would blame its own config section
+            names = ", ".join(f"{rec.name!r} at {rec.path}" for rec, _ in m.prompt_filters)
+            raise RLHooksError(
+                f"prompt filters ({names}) need the run's prompt-level learning state, which the engine "
+                f"({type(rollout).__name__}) did not attach: call manager.attach_data(DatasetColumns) before "
+                f"the first step (RunManager.build_sampler does it for an engine that builds its sampler)"
+            )
         max_draws = m.config.run.max_prompt_draws
         n = int(prompts.meta.get("n", m.config.run.n))
         parts: list[tuple[Any, Batch, np.ndarray]] = []

@@ -140,3 +140,19 @@ def test_an_engine_without_text_columns_gets_a_clear_error(tmp_path):
     with pytest.raises(Exception, match=r"reward functions format_exact need the trajectories' response and "
                                         r"target column\(s\), which the engine \(NoText\) did not provide"):
         driver.collect(1, NoText())
+
+
+def test_prompt_filters_of_an_engine_that_attached_no_data_get_a_clear_error(tmp_path):
+    from rlhooks import DatasetColumns
+
+    cfg = load_config({"run": {"name": "tiny", "out_dir": str(tmp_path), "n": N, "train_batch_size": 2},
+                       "prompt_filters": ["selective_rollout"]})
+    driver = StepDriver(RunManager(cfg))
+    with pytest.raises(Exception, match=r"prompt filters \('selective_rollout' at prompt_filters\[0\]\) need the run's "
+                                        r"prompt-level learning state, which the engine \(TinyEngine\) did not attach: "
+                                        r"call manager.attach_data"):
+        driver.collect(1, TinyEngine())
+    # attached, the same engine runs with the pre-generation stage
+    driver.manager.attach_data(DatasetColumns.from_arrays(["even", "odd"] * 50))
+    collected = driver.collect(2, TinyEngine())
+    assert collected.batch.groups.n_groups == 2
