@@ -538,8 +538,11 @@ def _init_error(comp: ComponentConfig, exc: BaseException) -> PluginError:
 def _code_root(obj: Any) -> str | None:
     """The directory (or file) holding a plugin's own code: its top-level package, or for
     rlhooks' built-ins the rlhooks/plugins directory (rlhooks' core is not the plugin's code)."""
-    target = obj if inspect.isclass(obj) or inspect.isroutine(obj) else type(obj)
-    module = sys.modules.get(getattr(target, "__module__", "") or "")
+    if inspect.ismodule(obj):  # a module plugin (an entry point naming a module)
+        module = obj
+    else:
+        target = obj if inspect.isclass(obj) or inspect.isroutine(obj) else type(obj)
+        module = sys.modules.get(getattr(target, "__module__", "") or "")
     path = getattr(module, "__file__", None)
     if module is None or not path:
         return None

@@ -198,3 +198,23 @@ def test_a_wrapper_registered_on_the_plugin_manager_directly_is_refused_not_call
         m.pm.register(_OldWrapper(), name="old")
     assert m.pm.get_plugin("old") is None  # nothing half-registered
     assert m.call("log_metrics", step=1, metrics={}) == []  # no generator handed back as a result
+
+
+def test_a_module_plugin_shows_its_own_frames(tmp_path, reg, monkeypatch):
+    pkg = tmp_path / "site" / "mod_plugin_under_test"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "from rlhooks import hookimpl\n\n\n"
+        "def _ratio(batch):\n    return batch['reward'].sum() / batch['nope']\n\n\n"
+        "@hookimpl\ndef on_rewards_computed(step, batch):\n    return {'m': _ratio(batch)}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    import importlib
+
+    module = importlib.import_module("mod_plugin_under_test")
+    m = manager({}, tmp_path, reg, extra_plugins=[("mod", module)])
+    m.components[-1].on_error = "raise"
+    with pytest.raises(PluginError) as e:
+        m.rewards_computed(1, batch())
+    frames = re.findall(r"mod_plugin_under_test/__init__\.py:(\d+) in (\w+)", str(e.value))
+    assert [f[1] for f in frames] == ["on_rewards_computed", "_ratio"]
