@@ -177,3 +177,13 @@ def test_the_readme_rollout_table_lists_the_protocols_operations():
     documented = set(re.findall(r"`(\w+)\(", table))
     ops = {n for n, v in vars(Rollout).items() if callable(v) and not n.startswith("_")}
     assert documented == ops
+
+
+def test_the_readme_lists_the_host_surface():
+    import rlhooks.host
+
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    start = readme.index("Hosts and engines (code that builds and drives runs) import from `rlhooks.host`")
+    paragraph = readme[start:readme.index("\n\n", start)]
+    missing = [n for n in rlhooks.host.__all__ if f"`{n}`" not in paragraph]
+    assert missing == []
