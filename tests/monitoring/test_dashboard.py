@@ -200,3 +200,16 @@ def test_dashboard_binds_localhost_headless_by_default():
     # --open still never opens a browser without a terminal (this test's stdout is captured)
     cmd = streamlit_command(["x"], "127.0.0.1", 8501, 2.0, open_browser=True)
     assert dict(zip(cmd[5::2], cmd[6::2]))["--server.headless"] == "true"
+
+
+def test_dashboard_refuses_a_taken_port_before_printing_its_url(demo_run, capsys):
+    from rlhooks.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["dashboard", str(demo_run), "--port", str(port)]) == 1
+    out, err = capsys.readouterr()
+    assert f"cannot serve on 127.0.0.1:{port}" in err and "pick a free port with --port N" in err
+    assert "http://" not in out  # no URL printed for a page that is not this dashboard
