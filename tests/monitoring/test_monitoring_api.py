@@ -203,3 +203,10 @@ def test_each_fired_alert_is_reported_once(print_alerts, capsys):
     events = [e for e in logs if e["event"].startswith("reward alert:")]
     assert (len(printed), len(events)) == ((3, 0) if print_alerts else (0, 3))
     assert monitor.get_alert_summary()["total"] == 3
+
+
+def test_an_empty_reward_history_is_named_as_such():
+    from rlhooks.monitoring import AnalyzerError
+
+    with pytest.raises(AnalyzerError, match="reward_history is empty: give one dict per step"):
+        RewardAnalyzer().analyze_quality([], [])
