@@ -271,8 +271,9 @@ def panel_raw(runs: list[RunTail]) -> None:
         st.subheader(r.label)
         df = r.frame.tail(RAW_ROWS)
         st.dataframe(df, key=f"raw-{r.path}", hide_index=True, height=300)
-        st.download_button(f"download {r.label} metrics (CSV)", r.frame.to_csv(index=False), file_name=f"{r.name}-metrics.csv",
-                           key=f"csv-{r.path}")
+        # a callable: the CSV is made on click, not on every redraw (20,000 steps x 110 metrics: ~5 s, ~46 MB)
+        st.download_button(f"download {r.label} metrics (CSV)", lambda frame=r.frame: frame.set_index("step").to_csv(),
+                           file_name=f"{r.name}-metrics.csv", mime="text/csv", key=f"csv-{r.path}")
         summaries = r.summaries()
         if summaries:
             for fname, content in summaries.items():
