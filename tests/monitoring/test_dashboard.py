@@ -161,7 +161,9 @@ def test_every_panel_renders_with_data_overlays_runs_and_follows_appended_lines(
     assert "kept ratio" in snap["filter"]["text"]
     alerts = snap["alerts"]["text"]
     assert "DAPO keeps under 90% of the groups" in alerts  # the fired alerts, as a table
-    assert "filter/kept_ratio" in alerts  # the run-end alert summary of the finished run
+    assert "filter/kept_ratio" in alerts  # the run-end alert summary of the finished run:
+    assert "first_step" in alerts and "last_step" in alerts  # its by-metric table
+    assert "alert on kl_divergense never checked: no step logged it — did you mean training/kl_divergence?" in alerts
     samples = snap["samples"]
     assert samples["tables"] >= 1 and "selection" in samples["text"] and "top" in samples["text"]
     raw = snap["raw"]
