@@ -215,3 +215,13 @@ def test_dashboard_refuses_a_taken_port_before_printing_its_url(demo_run, capsys
     out, err = capsys.readouterr()
     assert f"cannot serve on 127.0.0.1:{port}" in err and "pick a free port with --port N" in err
     assert "http://" not in out  # no URL printed for a page that is not this dashboard
+
+
+def test_without_the_extra_the_error_says_how_to_install_it(demo_run, monkeypatch, capsys):
+    from rlhooks.cli import main
+
+    monkeypatch.setitem(sys.modules, "streamlit", None)  # as if not installed: import raises ImportError
+    assert main(["dashboard", str(demo_run)]) == 1
+    err = capsys.readouterr().err
+    assert "needs the dashboard extra (streamlit is not installed)" in err
+    assert "pip install -e '.[dashboard]'" in err and "Traceback" not in err
