@@ -51,6 +51,8 @@ from rlhooks.core.errors import (
     UnknownComponentError,
 )
 from rlhooks.core.hookspecs import hookimpl
+from rlhooks.core.learning import COLUMN_PREFIX as LEARNING_COLUMN_PREFIX
+from rlhooks.core.learning import UNSEEN_LEARNABILITY, LearningState, keyed_uniforms
 from rlhooks.core.metrics import source_key, split_source_key
 from rlhooks.core.options import DispatchOptions, build_options, finite, non_negative, positive, unit_interval
 from rlhooks.core.records import METRICS_FILE, encode_record, nonfinite_name, read_records
@@ -73,6 +75,8 @@ __all__ = [
     "source_key", "split_source_key",
     # component bases and what hooks receive
     "Sampler", "FilterDecision", "RewardFunction", "NoOptions", "DatasetColumns", "RunContext",
+    # the run's prompt-level learning state (RunContext.learning; learning/* columns of prompt batches)
+    "LearningState", "LEARNING_COLUMN_PREFIX", "UNSEEN_LEARNABILITY", "keyed_uniforms",
     # Options helpers and validators
     "build_options", "positive", "non_negative", "finite", "unit_interval", "DispatchOptions",
     # the JSONL record format (metrics.jsonl), for backends and readers

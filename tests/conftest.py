@@ -6,12 +6,14 @@ import structlog
 from rlhooks.logging import configure_logging
 
 configure_logging()
+#: the configuration every test starts from
+BASELINE_LOGGING = structlog.get_config()
 
 
 @pytest.fixture(autouse=True)
-def _restore_logging_config():
-    """A test that runs a command in-process (``rlhooks simulate`` quiets plugin logs) must not change
-    what later tests' log captures see."""
-    saved = structlog.get_config()
+def _restore_structlog_config():
+    """Tests (and session fixtures) that run a CLI in-process (``rlhooks simulate`` quiets info logs)
+    must not change what later tests' ``structlog.testing.capture_logs`` sees."""
+    structlog.configure(**BASELINE_LOGGING)
     yield
-    structlog.configure(**saved)
+    structlog.configure(**BASELINE_LOGGING)

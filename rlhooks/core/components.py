@@ -4,6 +4,8 @@
 |---------|--------------------|----------------------------------------------------------------|
 | sampler | rlhooks.samplers   | a ``Sampler`` subclass (torch ``Sampler[int]`` with state)      |
 | filter  | rlhooks.filters    | a class with ``select(batch) -> keep mask | FilterDecision``    |
+| prompt_filter | rlhooks.prompt_filters | the same ``select`` over sampled prompts (with ``learning/*`` |
+|         |                    | columns), before generation (core/pregen.py)                    |
 | reward  | rlhooks.rewards    | a reward function (callable or ``RewardFunction`` subclass), or |
 |         |                    | a reward observer (a class implementing hooks)                 |
 | backend | rlhooks.backends   | a class implementing log_metrics / log_table / ...             |
@@ -31,7 +33,7 @@ from rlhooks.core.batch import Batch
 
 ON_ERROR_CHOICES = ("raise", "warn", "disable")
 #: default on_error per kind: steering components raise, observers warn
-DEFAULT_ON_ERROR = {"sampler": "raise", "filter": "raise", "reward": "warn", "backend": "warn", "plugin": "warn"}
+DEFAULT_ON_ERROR = {"sampler": "raise", "filter": "raise", "prompt_filter": "raise", "reward": "warn", "backend": "warn", "plugin": "warn"}
 
 
 @attrs.frozen

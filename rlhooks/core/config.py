@@ -54,6 +54,11 @@ def _non_negative(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
         raise ValueError(f"must be >= 0, got {value!r}")
 
 
+def _unit_interval(_inst: Any, attr: attrs.Attribute, value: float) -> None:
+    if not 0 < value <= 1:
+        raise ValueError(f"must be in (0, 1], got {value!r}")
+
+
 def _in_range(lo: int, hi: int) -> Any:
     """Sane bounds: a size or seed past them ends in a memory error or a library's crash later."""
 
@@ -104,6 +109,18 @@ class RunOptions:
     strict_plugins: bool = False
     #: log every hook call with its plugin and duration
     trace_hooks: bool = False
+    #: the learning state's per-response metric: "auto" = acc when the batch has it, else reward
+    learning_metric: str = "auto"
+    #: a response passes (for the learning state's pass rate) when its metric is >= this
+    learning_pass_threshold: float = 0.5
+    #: weight of the newest group in the learning state's pass-rate EMA
+    learning_ema_alpha: float = attrs.field(default=0.3, validator=_unit_interval)
+    #: pre-generation stage: sampler batches drawn at most per generation batch to fill it with
+    #: prompts the prompt filters keep (the rest is filled with skipped prompts)
+    max_prompt_draws: int = attrs.field(default=8, validator=_positive)
+    #: size of a step's 2nd, 3rd... generation batch: "fixed" = gen_batch_size; "adaptive" = the
+    #: prompts still needed / the step's kept ratio so far * 1.25, at least gen_batch_size / 6 (GRESO's rule)
+    gen_batch_sizing: Literal["fixed", "adaptive"] = "fixed"
 
     def __attrs_post_init__(self) -> None:
         rows = self.effective_gen_batch_size * self.n
@@ -124,12 +141,15 @@ class RunOptions:
 SECTIONS: dict[str, tuple[str, bool]] = {
     "sampler": ("sampler", False),
     "filters": ("filter", True),
+    "prompt_filters": ("prompt_filter", True),
     "rewards": ("reward", True),
     "samples": ("backend", True),
     "backends": ("backend", True),
     "plugins": ("plugin", True),
 }
 TOP_LEVEL = ("run", *SECTIONS)
+#: the list sections, in the order components are built and registered
+LIST_SECTIONS = ("filters", "prompt_filters", "rewards", "samples", "backends", "plugins")
 COMMON_KEYS = ("name", "on_error")
 REWARD_FN_KEYS = ("weight", "error_score")
 #: the verl_extensions sampler format: class_name / class_path instead of name
@@ -172,6 +192,8 @@ class Config:
     run: RunOptions
     sampler: ComponentConfig | None = None
     filters: tuple[ComponentConfig, ...] = ()
+    #: filters of the pre-generation stage: they drop sampled prompts before generation
+    prompt_filters: tuple[ComponentConfig, ...] = ()
     rewards: tuple[ComponentConfig, ...] = ()
     samples: tuple[ComponentConfig, ...] = ()
     backends: tuple[ComponentConfig, ...] = ()
@@ -185,14 +207,14 @@ class Config:
         """Every component in config order (sampler, filters, rewards, samples, backends, plugins)."""
         if self.sampler is not None:
             yield self.sampler
-        for section in ("filters", "rewards", "samples", "backends", "plugins"):
+        for section in LIST_SECTIONS:
             yield from getattr(self, section)
 
     def resolved(self, redact: bool = True) -> dict[str, Any]:
         """The whole config with defaults filled in; secrets redacted unless asked otherwise."""
         out: dict[str, Any] = {"run": _converter.unstructure(self.run)}
         out["sampler"] = self.sampler.resolved() if self.sampler else None
-        for section in ("filters", "rewards", "samples", "backends", "plugins"):
+        for section in LIST_SECTIONS:
             out[section] = [c.resolved() for c in getattr(self, section)]
         for key, value in self.extra.items():
             out[key] = _converter.unstructure(value) if attrs.has(type(value)) else value

@@ -2,10 +2,12 @@
 
 One step, stage by stage (``[engine]`` marks the only engine operations)::
 
-    collect:  [engine: sample prompts] -> on_batch_sampled
-              -> (pre-generation stage: may restrict the prompts, engine: select_prompts)
-              -> [engine: generate] -> score with the configured reward functions
-              -> [engine: place_rewards] -> on_rewards_computed -> filters
+    collect:  [engine: sample prompts]
+              -> pre-generation stage (core/pregen.py): prompt filters with the learning state,
+                 top-ups from the sampler, adaptive size (engine: select_prompts)
+              -> on_batch_sampled (the prompts that will be generated) -> [engine: generate]
+              -> score with the configured reward functions
+              -> [engine: place_rewards] -> learning-state update -> on_rewards_computed -> filters
               -> accumulate until train_batch_size groups (or max_num_gen_batches) -> trim
     [engine: advantage + update]
     finish_step: on_step_end -> log_metrics -> log_table / log_histogram
@@ -28,6 +30,7 @@ import structlog
 from rlhooks.core.batch import RESPONSE, REWARD, REWARD_FN_PREFIX, TARGET, Batch
 from rlhooks.core.errors import GenerationLimitError, RLHooksError
 from rlhooks.core.manager import RunManager, merge_metrics
+from rlhooks.core.pregen import adaptive_size
 
 log = structlog.get_logger("rlhooks.driver")
 
@@ -184,10 +187,19 @@ class StepDriver:
         metrics: dict[str, float] = {}
         reward_errors: dict[str, int] = {}
         acc: GroupAccumulator[P] = GroupAccumulator(self.run.train_batch_size, self.run.max_num_gen_batches, self.run.on_gen_limit)
+        stage = m.prompt_stage
+        stage.begin_step()
+        learning_metrics: dict[str, float] = {}
         while True:
-            gen = self.generation(step, rollout, acc.num_gen_batches + 1, metrics, reward_errors)
+            number = acc.num_gen_batches + 1
+            progress = None
+            if self.run.gen_batch_sizing == "adaptive" and number > 1:
+                progress = (self.run.train_batch_size - acc.kept_groups, acc.kept_groups, acc.generated_groups)
+            gen = self.generation(step, rollout, number, metrics, reward_errors, progress)
             trajectories = gen.trajectories
             assert trajectories is not None
+            for k, v in m.update_learning(step, trajectories).items():  # scored, before any filter
+                learning_metrics[k] = learning_metrics.get(k, 0.0) + v
             merge_metrics(metrics, m.rewards_computed(step, trajectories))
             keep, filter_metrics = m.apply_filters(trajectories)
             acc.add(gen.payload, trajectories, keep, filter_metrics)
@@ -206,6 +218,10 @@ class StepDriver:
             acc_metrics = {"train/num_gen_batches": acc_metrics["train/num_gen_batches"]}
         metrics.update(acc_metrics)
         metrics.update({f"rewards/errors/{name}": float(n) for name, n in reward_errors.items()})
+        if learning_metrics:
+            learning_metrics["learning/rows_seen"] = float(m.learning.rows_seen)
+            metrics.update(learning_metrics)
+        metrics.update(stage.metrics())
         return Collected(payload, batch.with_meta(step=step), metrics)
 
     # -- the stages of one generation batch -------------------------------------------------
@@ -216,26 +232,37 @@ class StepDriver:
         number: int = 1,
         metrics: dict[str, float] | None = None,
         reward_errors: dict[str, int] | None = None,
+        progress: tuple[int, int, int] | None = None,
     ) -> Generation[P]:
-        """One generation batch up to its scored trajectories: sample -> on_batch_sampled ->
-        pre-generation -> generate -> reward functions. ``metrics`` and ``reward_errors`` (if
-        given) collect the hook metrics and the rows each reward function failed on."""
-        gen = self.sample(step, number, rollout, {} if metrics is None else metrics)
-        gen = self.before_generation(gen, rollout)
+        """One generation batch up to its scored trajectories: sample -> pre-generation ->
+        on_batch_sampled -> generate -> reward functions. ``metrics`` and ``reward_errors`` (if
+        given) collect the hook metrics and the rows each reward function failed on. ``progress``
+        (groups still needed, kept, generated so far this step) sizes the batch adaptively."""
+        gen = self.sample(step, number, rollout)
+        gen = self.before_generation(gen, rollout, progress)
+        merge_metrics({} if metrics is None else metrics, self.manager.batch_sampled(step, gen.prompts))
         self.generate(gen, rollout)
         self.score(gen, rollout, {} if reward_errors is None else reward_errors)
         return gen
 
-    def sample(self, step: int, number: int, rollout: Rollout[P], metrics: dict[str, float]) -> Generation[P]:
-        """The engine draws prompts; on_batch_sampled sees them."""
+    def sample(self, step: int, number: int, rollout: Rollout[P]) -> Generation[P]:
+        """The engine draws prompts."""
         payload, prompts = rollout.sample(step)
-        prompts = prompts.with_meta(step=step, generation=number)
-        merge_metrics(metrics, self.manager.batch_sampled(step, prompts))
-        return Generation(step, number, payload, prompts)
+        return Generation(step, number, payload, prompts.with_meta(step=step, generation=number))
 
-    def before_generation(self, gen: Generation[P], rollout: Rollout[P]) -> Generation[P]:
-        """The pre-generation stage: prompts may be dropped here (``rollout.select_prompts``)
-        before their generation is paid for. Nothing is configured to do so yet."""
+    def before_generation(self, gen: Generation[P], rollout: Rollout[P],
+                          progress: tuple[int, int, int] | None = None) -> Generation[P]:
+        """The pre-generation stage (core/pregen.py): prompt filters drop prompts and the sampler tops
+        up (``rollout.select_prompts``), and/or the batch is cut to its adaptive size, before the
+        generation is paid for. on_batch_sampled then sees the prompts that will be generated."""
+        stage = self.manager.prompt_stage
+        want = None
+        if progress is not None:
+            want = adaptive_size(len(gen.prompts), *progress, multiple=getattr(rollout, "prompt_multiple", 1))
+        if not stage.active and want is None:
+            return gen
+        gen.payload, prompts = stage.select(gen.step, gen.number, rollout, gen.payload, gen.prompts, want)
+        gen.prompts = prompts.with_meta(step=gen.step, generation=gen.number)
         return gen
 
     def generate(self, gen: Generation[P], rollout: Rollout[P]) -> None:

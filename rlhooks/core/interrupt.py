@@ -11,6 +11,8 @@ Python traceback.
 
 A second signal while the run is being closed does not cut the cleanup short: a second SIGTERM
 is ignored (with a note), a second Ctrl-C exits at once (130) for a user who does not want to wait.
+A signal that arrives inside ``deferred()`` (ending a run: flushing backends, writing run-end
+files) is held until the block is done, then raised.
 """
 
 from __future__ import annotations
@@ -47,6 +49,24 @@ def exit_code(exc: KeyboardInterrupt) -> int:
     return exc.exit_code if isinstance(exc, Interrupted) else 128 + signal.SIGINT
 
 
+_defer = {"depth": 0, "pending": None}
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM (under ``signals_interrupt``) until the block ends, then raise them."""
+    _defer["depth"] += 1
+    try:
+        yield
+    finally:
+        _defer["depth"] -= 1
+        pending = _defer["pending"]
+        if _defer["depth"] == 0 and pending is not None:
+            _defer["pending"] = None
+            if sys.exc_info()[0] is None:
+                raise Interrupted(pending)
+
+
 @contextlib.contextmanager
 def signals_interrupt() -> Iterator[None]:
     """Turn SIGINT/SIGTERM into ``Interrupted`` for the block (main thread only; elsewhere a no-op)."""
@@ -58,6 +78,10 @@ def signals_interrupt() -> Iterator[None]:
     def handler(signum: int, _frame: Any) -> None:
         seen.append(signum)
         if len(seen) == 1:
+            if _defer["depth"]:  # ending a run: finish that first
+                _defer["pending"] = signum
+                os.write(2, b"rlhooks: stopping once the run's end is written\n")
+                return
             raise Interrupted(signum)
         if signum == signal.SIGINT:
             os.write(2, b"\nrlhooks: second Ctrl-C: exiting now, without waiting for the backends\n")
@@ -77,4 +101,4 @@ def signals_interrupt() -> Iterator[None]:
             signal.signal(sig, old)
 
 
-__all__ = ["Interrupted", "signals_interrupt", "exit_code"]
+__all__ = ["Interrupted", "signals_interrupt", "deferred", "exit_code"]

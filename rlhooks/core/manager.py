@@ -38,12 +38,14 @@ import numpy as np
 import pluggy
 import structlog
 
-from rlhooks.core import dispatch, hookspecs, rundir
+from rlhooks.core import dispatch, hookspecs, interrupt, rundir
 from rlhooks.core.batch import Batch
 from rlhooks.core.components import FilterDecision, instantiate
 from rlhooks.core.config import ComponentConfig, Config
 from rlhooks.core.data import DatasetColumns
 from rlhooks.core.errors import WARN_HINT, PluginError, RegistryError, RLHooksError
+from rlhooks.core.learning import LearningState
+from rlhooks.core.pregen import PromptStage
 from rlhooks.core.registry import Registry
 from rlhooks.core.rewards import RewardPipeline
 from rlhooks.core.run import RunContext
@@ -54,6 +56,8 @@ if TYPE_CHECKING:  # the Sampler base imports torch; only annotations need it he
 log = structlog.get_logger("rlhooks.manager")
 
 MAX_CONSECUTIVE_FAILURES = 3
+#: key of the learning state in RunManager.state_dict() (not a config path)
+LEARNING_KEY = "__learning__"
 TRACE_ENV = "RLHOOKS_TRACE"
 
 
@@ -124,6 +128,10 @@ class RunManager:
         #: the status on_run_end got, once the run ended (None before)
         self.final_status: str | None = None
         self.filters: list[tuple[Registered, Any]] = []
+        self.prompt_filters: list[tuple[Registered, Any]] = []
+        #: the prompt-level learning state (core/learning.py), once the engine attached its data
+        self.learning: LearningState | None = None
+        self.prompt_stage = PromptStage(self)
 
         requested = {(c.kind, c.name) for c in config.components()}
         # run.strict_plugins holds also when the engine passed its own registry
@@ -138,12 +146,13 @@ class RunManager:
                 continue
             obj = self._instantiate(comp)
             rec = self._register(comp, obj)
-            if comp.kind == "filter":
+            if comp.kind in ("filter", "prompt_filter"):
                 if not callable(getattr(obj, "select", None)):
+                    kind = comp.kind.replace("_", " ")
                     raise HookValidationError(
-                        f"filter {comp.name!r} ({comp.distribution}) at {comp.path} has no select(batch) method"
+                        f"{kind} {comp.name!r} ({comp.distribution}) at {comp.path} has no select(batch) method"
                     )
-                self.filters.append((rec, obj))
+                (self.filters if comp.kind == "filter" else self.prompt_filters).append((rec, obj))
         for name, obj in extra_plugins:
             self._register_object(name, "plugin", name, "engine", obj, "warn", configured=False)
         self.rewards = RewardPipeline.from_components(reward_fns)
@@ -200,8 +209,26 @@ class RunManager:
                 f"(e.g. on_rewards_computed, not on_reward_computed)."
             ) from None
 
+    def attach_data(self, data: DatasetColumns) -> LearningState:
+        """Create the run's learning state over the engine's dataset (once); shared via RunContext.learning."""
+        if self.learning is None or len(self.learning) != len(data):
+            run = self.config.run
+            self.learning = LearningState(
+                len(data), metric=run.learning_metric, pass_threshold=run.learning_pass_threshold,
+                ema_alpha=run.learning_ema_alpha, source_codes=data.source_codes, source_names=data.source_names,
+            )
+            self.context.learning = self.learning
+        return self.learning
+
+    def update_learning(self, step: int, batch: Batch) -> dict[str, float]:
+        """Record a generation batch's groups in the learning state (before any filter)."""
+        if self.learning is None:
+            return {}
+        return self.learning.update(batch, step)
+
     def build_sampler(self, data: DatasetColumns, *, batch_size: int, seed: int | None = None) -> Sampler | None:
         """Instantiate the configured sampler over the engine's data and register its hooks."""
+        self.attach_data(data)
         comp = self.config.sampler
         if comp is None:
             return None
@@ -365,15 +392,16 @@ class RunManager:
                 status = "interrupted"
                 raise
             finally:
-                if status == "success":
-                    dispatch.flush_components(self.components)
-                    if self.lost_data():
-                        status = "failed"
-                self.final_status = status
-                try:
-                    self.end(status)
-                finally:
-                    self.report_failures()
+                with interrupt.deferred():  # a SIGTERM now waits until the run has ended
+                    if status == "success":
+                        dispatch.flush_components(self.components)
+                        if self.lost_data():
+                            status = "failed"
+                    self.final_status = status
+                    try:
+                        self.end(status)
+                    finally:
+                        self.report_failures()
 
     def lost_data(self) -> list[str]:
         """One line per logging backend that lost data this run (empty when none did)."""
@@ -419,11 +447,11 @@ class RunManager:
                 self.call("log_histogram", step=step, name=name, values=payload)
 
     # -- filters --------------------------------------------------------------------------
-    def apply_filters(self, batch: Batch) -> tuple[np.ndarray, dict[str, float]]:
-        """AND of every filter's keep mask; additive filter metrics summed."""
+    def apply_filters(self, batch: Batch, filters: list[tuple[Registered, Any]] | None = None) -> tuple[np.ndarray, dict[str, float]]:
+        """AND of every filter's keep mask; additive filter metrics summed (``filters``: default the trajectory filters)."""
         keep = np.ones(len(batch), dtype=bool)
         metrics: dict[str, float] = {}
-        for rec, flt in self.filters:
+        for rec, flt in self.filters if filters is None else filters:
             if rec.disabled:
                 continue
             try:
@@ -452,16 +480,27 @@ class RunManager:
 
     # -- state ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """State of every component that has one, keyed by config path."""
-        return {
+        """State of every component that has one, keyed by config path; the run's learning state
+        and pre-generation counters under ``LEARNING_KEY``."""
+        out: dict[str, Any] = {
             rec.path: rec.obj.state_dict()
             for rec in self.components
             if callable(getattr(rec.obj, "state_dict", None))
         }
+        if self.learning is not None:
+            out[LEARNING_KEY] = {"learning": self.learning.state_dict(), "prompt_stage": self.prompt_stage.state_dict()}
+        return out
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         by_path = {rec.path: rec for rec in self.components}
         for path, sub in state.items():
+            if path == LEARNING_KEY:
+                if self.learning is None:
+                    log.warning("saved learning state ignored: this run has no dataset attached yet")
+                    continue
+                self.learning.load_state_dict(sub["learning"])
+                self.prompt_stage.load_state_dict(sub.get("prompt_stage", {}))
+                continue
             rec = by_path.get(path)
             if rec is None:
                 log.warning("saved state for a component that is not in this run; ignored", path=path)
@@ -471,7 +510,7 @@ class RunManager:
 
 # -- plugin mistakes: what the error or warning says ---------------------------------------------
 #: steering components: going on without them (on_error: warn) would train on unsteered data
-_STEERING = ("sampler", "filter")
+_STEERING = ("sampler", "filter", "prompt_filter")
 _MAX_FRAMES = 6
 
 

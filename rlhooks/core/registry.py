@@ -31,6 +31,7 @@ log = structlog.get_logger("rlhooks.registry")
 GROUPS: dict[str, str] = {
     "sampler": "rlhooks.samplers",
     "filter": "rlhooks.filters",
+    "prompt_filter": "rlhooks.prompt_filters",
     "reward": "rlhooks.rewards",
     "backend": "rlhooks.backends",
     "plugin": "rlhooks.plugins",

@@ -15,7 +15,8 @@ class RunContext:
     """The run as plugins see it.
 
     Attributes: ``config`` (the resolved Config), ``run_dir`` (Path, exists), ``name``, ``seed``,
-    ``step`` (current step, 0 before the first). Emitters queue a table or histogram; the
+    ``step`` (current step, 0 before the first), ``learning`` (the run's prompt-level
+    ``LearningState``, read-only for plugins; None when the engine has no dataset). Emitters queue a table or histogram; the
     manager dispatches them after the step's ``log_metrics`` so backends see metrics first.
     """
 
@@ -25,6 +26,7 @@ class RunContext:
         self.name = config.run.name
         self.seed = config.run.seed
         self.step = 0
+        self.learning: Any = None  # rlhooks.core.learning.LearningState, set by RunManager.attach_data
         self._emit = emit
 
     def redacted_config(self) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from rlhooks.testing.components import (  # noqa: E402
     BackendContract,
     ComponentContract,
     FilterContract,
+    PromptFilterContract,
     ReadBack,
     RewardFunctionContract,
     SamplerContract,
@@ -66,7 +67,7 @@ __all__ = [
     "HookPluginContract", "OnRunStartContract", "OnBatchSampledContract", "OnRewardsComputedContract",
     "OnStepEndContract", "LogMetricsContract", "LogTableContract", "LogHistogramContract", "OnRunEndContract",
     "ComponentContract", "SamplerContract", "FilterContract", "RewardFunctionContract", "BackendContract",
-    "ReadBack", "HOOK_CONTRACTS", "COMPONENT_CONTRACTS", "PluginHarness", "RecordingRun",
+    "ReadBack", "PromptFilterContract", "HOOK_CONTRACTS", "COMPONENT_CONTRACTS", "PluginHarness", "RecordingRun",
     "make_dataset", "make_prompt_batch", "make_trajectory_batch", "make_step_metrics", "make_table_rows",
     "make_run_context", "make_config", "batch_differences", "ODD_STRINGS", "hook_checked_by", "implemented_hooks",
 ]

@@ -353,6 +353,69 @@ class FilterContract(ComponentContract):
         assert np.array_equal(a, b), "select() gave different masks for identical batches"
 
 
+class PromptFilterContract(ComponentContract):
+    """Prompt filters (section ``prompt_filters:``): bool masks over sampled prompts that carry the
+    run's learning state as ``learning/*`` columns; read-only; empty/single inputs; deterministic
+    for the same batch and state."""
+
+    kind: ClassVar[str] = "prompt_filter"
+
+    @pytest.fixture
+    def sampler_data(self) -> DatasetColumns:
+        return make_dataset(120, seed=0)
+
+    @pytest.fixture
+    def learning_state(self, sampler_data: DatasetColumns) -> Any:
+        """A learning state fed a few steps of groups (some all-correct, some all-wrong, repeatedly)."""
+        from rlhooks.core.learning import LearningState
+
+        state = LearningState(len(sampler_data), source_codes=sampler_data.source_codes,
+                              source_names=sampler_data.source_names)
+        for step in range(1, 5):
+            prompts = make_prompt_batch(24, dataset=sampler_data, indices=np.arange(24) * 5 % len(sampler_data),
+                                        seed=step, step=step, lazy_text=False)
+            state.update(make_trajectory_batch(group_size=4, prompts=prompts, seed=step, step=step, uniform_groups=12), step)
+        return state
+
+    @pytest.fixture
+    def prompt_filter_batch(self, sampler_data: DatasetColumns, learning_state: Any) -> BatchFactory:
+        """``factory(n_prompts, seed=0, step=5)``: a prompt batch with the learning state's columns."""
+
+        def make(n_prompts: int = 16, *, seed: int = 0, step: int = 5) -> Batch:
+            idx = np.random.default_rng(seed).integers(0, len(sampler_data), n_prompts).astype(np.int64)
+            b = make_prompt_batch(n_prompts, dataset=sampler_data, indices=idx, seed=seed, step=step, lazy_text=False)
+            return b.with_columns(**learning_state.columns(idx)).with_meta(step=step, generation=1, draw=1)
+
+        return make
+
+    def _select(self, plugin: Any, factory: Callable[[], Batch]) -> np.ndarray:
+        batch, reference = factory(), factory()
+        where = f"{describe(plugin)}.select"
+        mask, _ = _as_mask(plugin.select(batch), len(reference), where)
+        problems = batch_differences(reference, batch)
+        assert not problems, f"{where} mutated its prompt batch:\n  " + "\n  ".join(problems)
+        return mask
+
+    def test_prompt_filter_has_select(self, plugin: Any) -> None:
+        assert callable(getattr(plugin, "select", None)), f"{describe(plugin)} has no select(batch) method"
+
+    def test_prompt_filter_returns_a_mask(self, plugin: Any, prompt_filter_batch: BatchFactory) -> None:
+        for seed in range(4):
+            self._select(plugin, lambda seed=seed: prompt_filter_batch(32, seed=seed))
+
+    def test_prompt_filter_empty_batch(self, plugin: Any, prompt_filter_batch: BatchFactory) -> None:
+        self._select(plugin, lambda: prompt_filter_batch(0))
+
+    def test_prompt_filter_single_prompt(self, plugin: Any, prompt_filter_batch: BatchFactory) -> None:
+        self._select(plugin, lambda: prompt_filter_batch(1, seed=2))
+
+    def test_prompt_filter_is_deterministic(self, component: Any, options: Any, prompt_filter_batch: BatchFactory) -> None:
+        """Two fresh instances judge the same batch (same learning state, step, draw) alike."""
+        a = self._select(instantiate(component, options), lambda: prompt_filter_batch(48, seed=7))
+        b = self._select(instantiate(component, options), lambda: prompt_filter_batch(48, seed=7))
+        assert np.array_equal(a, b), "select() gave different masks for identical prompt batches"
+
+
 #: (response, target) pairs a reward function sees in practice
 TYPICAL_REWARD_CASES: tuple[tuple[str, str], ...] = (
     ("The answer is \\boxed{42}.", "42"),
@@ -532,12 +595,13 @@ class BackendContract(ComponentContract):
 COMPONENT_CONTRACTS: dict[str, type] = {
     "sampler": SamplerContract,
     "filter": FilterContract,
+    "prompt_filter": PromptFilterContract,
     "reward": RewardFunctionContract,
     "backend": BackendContract,
     "plugin": HookPluginContract,
 }
 
 __all__ = [
-    "ComponentContract", "SamplerContract", "FilterContract", "RewardFunctionContract", "BackendContract",
+    "ComponentContract", "SamplerContract", "FilterContract", "PromptFilterContract", "RewardFunctionContract", "BackendContract",
     "ReadBack", "COMPONENT_CONTRACTS", "KIND_SECTION", "TYPICAL_REWARD_CASES",
 ]

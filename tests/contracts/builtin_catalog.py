@@ -3,7 +3,7 @@
 Entry points of the ``rlhooks`` distribution are grouped by the object they name (aliases such
 as ``multi_source`` / ``MultiSourceSampler`` are one plugin) and classified:
 
-* samplers -> SamplerContract; filters -> FilterContract;
+* samplers -> SamplerContract; filters -> FilterContract; prompt filters -> PromptFilterContract;
 * rewards: reward functions -> RewardFunctionContract, reward observers -> HookPluginContract;
 * backends implementing ``log_metrics`` -> BackendContract, sample tables -> HookPluginContract;
 * plugins -> HookPluginContract.
@@ -46,7 +46,7 @@ def _implements(obj: Any, hook: str) -> bool:
 
 
 def classify(kind: str, obj: Any) -> str:
-    if kind in ("sampler", "filter"):
+    if kind in ("sampler", "filter", "prompt_filter"):
         return kind
     if kind == "reward":
         return "reward_function" if is_reward_function(obj) else "hook_plugin"

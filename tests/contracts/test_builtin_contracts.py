@@ -19,6 +19,7 @@ from rlhooks.testing import (
     BackendContract,
     ComponentContract,
     FilterContract,
+    PromptFilterContract,
     ReadBack,
     RewardFunctionContract,
     SamplerContract,
@@ -70,6 +71,12 @@ class TestBuiltinFilters(_FromCatalog, FilterContract):
         return request.param
 
 
+class TestBuiltinPromptFilters(_FromCatalog, PromptFilterContract):
+    @pytest.fixture(params=_params("prompt_filter"))
+    def builtin(self, request: pytest.FixtureRequest) -> Builtin:
+        return request.param
+
+
 class TestBuiltinRewardFunctions(_FromCatalog, RewardFunctionContract):
     @pytest.fixture(params=_params("reward_function"))
     def builtin(self, request: pytest.FixtureRequest) -> Builtin:
@@ -107,6 +114,7 @@ class TestBuiltinBackends(_FromCatalog, BackendContract):
 TESTED = {
     "sampler": TestBuiltinSamplers,
     "filter": TestBuiltinFilters,
+    "prompt_filter": TestBuiltinPromptFilters,
     "reward_function": TestBuiltinRewardFunctions,
     "hook_plugin": TestBuiltinHookPlugins,
     "backend": TestBuiltinBackends,

@@ -84,8 +84,8 @@ def test_plugins_list_one_row_per_component_and_every_alias_loads(capsys):
     assert len(values) == len(set(values))  # no component listed twice
     names = [n for r in rows for n in (r["name"], *r["aliases"])]
     assert len(names) == len(set(names))
-    declared = {ep.name for g in ("rlhooks.samplers", "rlhooks.filters", "rlhooks.rewards", "rlhooks.backends")
-                for ep in md.entry_points(group=g) if ep.dist and ep.dist.name == "rlhooks"}
+    groups = ("rlhooks.samplers", "rlhooks.filters", "rlhooks.prompt_filters", "rlhooks.rewards", "rlhooks.backends")
+    declared = {ep.name for g in groups for ep in md.entry_points(group=g) if ep.dist and ep.dist.name == "rlhooks"}
     assert set(names) == declared
     by_name = {r["name"]: r for r in rows}
     assert by_name["reward_curriculum"]["deprecated_aliases"] == {"RewardGatedCurriculumSampler": "RewardCurriculumSampler"}

@@ -92,6 +92,7 @@ PLUGIN_API = [
     "NoOptions", "DatasetColumns", "RunContext", "build_options", "positive", "non_negative", "finite",
     "unit_interval", "DispatchOptions", "RLHooksError", "ConfigError", "ConfigIssue", "DataError",
     "PluginError", "RegistryError", "GenerationLimitError",
+    "LearningState", "LEARNING_COLUMN_PREFIX", "UNSEEN_LEARNABILITY", "keyed_uniforms",
 ]
 
 

@@ -52,6 +52,7 @@ def all_builtins_config(out_dir: Path, *, steps: int = 12, wandb_mode: str | Non
     return {
         "run": run_section,
         "sampler": dict(REWARD_CURRICULUM),
+        "prompt_filters": [{"name": "selective_rollout", "p_easy": 0.3, "p_hard": 0.3}],
         "filters": [{"name": "dapo", "metric": "acc"}],
         "rewards": [*REWARD_FNS, "source_metrics", {
             "name": "reward_monitor", "log_distributions": True, "history": 50,

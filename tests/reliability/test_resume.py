@@ -40,6 +40,8 @@ SAMPLERS = {
     "reward_curriculum": {"name": "reward_curriculum", "complexity_source": "chain", "initial_complexity_percentile": 20,
                           "num_intervals": 6, "reward_threshold": 4.0, "reward_alpha": 0.5, "min_batches_per_level": 2,
                           "check_frequency": 1, "focus_new_intervals": True, **ADAPTIVE},
+    "learnability": {"name": "learnability", "level": "source", "floor": 0.05},
+    "dump_ucb": {"name": "dump_ucb", "window": 40, "temperature": 0.2},
 }
 
 
@@ -130,7 +132,7 @@ def test_sampler_resume_equals_uninterrupted(sampler: str, sim_data, tmp_path: P
     assert len(weights) > 1, "adaptive weights did not move after the checkpoint"
     emas = [{k: v for k, v in want[s].items() if k.startswith("sampler/reward_ema/")} for s in (K, STEPS)]
     assert emas[0] and emas[0] != emas[1]
-    if sampler != "multi_source":
+    if sampler in ("time_curriculum", "reward_curriculum"):
         assert want[K]["curriculum/percentile"] < want[STEPS]["curriculum/percentile"]
     # more generation batches than one epoch of the 160-row dataset: the state crosses epochs
     assert full.sampler.state_dict()["epoch"] >= 1
@@ -151,7 +153,8 @@ def test_every_builtin_is_in_the_all_plugins_config(tmp_path: Path) -> None:
     reg = Registry()
     cfg = all_builtins_config(tmp_path)
     named = {cfg["sampler"]["name"]} | {
-        (c if isinstance(c, str) else c["name"]) for sec in ("filters", "rewards", "samples", "backends") for c in cfg[sec]
+        (c if isinstance(c, str) else c["name"])
+        for sec in ("filters", "prompt_filters", "rewards", "samples", "backends") for c in cfg[sec]
     }
     enabled = {e.value for e in reg.entries() if e.name in named and e.dist == "rlhooks"}
     builtin = {e.value for e in reg.entries() if e.dist == "rlhooks" and e.kind != "sampler"}

@@ -57,3 +57,31 @@ def test_signal_ends_the_run_interrupted_with_every_file(tmp_path: Path, sig: si
     assert monitor  # the reward monitor wrote its run-end file
     marker = json.loads((run_dir / ".rlhooks-simulate").read_text())
     assert marker["status"] == "interrupted"  # a finished (interrupted) run: a rerun may replace it
+
+
+def test_signal_while_a_run_is_ending_waits_for_the_end(tmp_path: Path) -> None:
+    """A SIGTERM that lands while the run's end is written is raised only after it (a real signal)."""
+    import os
+
+    import rlhooks
+    from rlhooks.core import interrupt
+
+    cfg = rlhooks.load_config({"run": {"name": "ending", "out_dir": str(tmp_path)}, "backends": ["jsonl"]})
+    manager = rlhooks.RunManager(cfg)
+    ended = []
+
+    class SignalAtEnd:  # sends the signal from inside on_run_end, i.e. while the run is being closed
+        @rlhooks.hookimpl(tryfirst=True)
+        def on_run_end(self, status: str) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            ended.append(status)
+
+    manager.pm.register(SignalAtEnd(), name="signal-at-end")
+    with interrupt.signals_interrupt(), pytest.raises(interrupt.Interrupted) as err:
+        with manager.running():
+            manager.log_metrics(1, {"a": 1.0})
+    assert err.value.exit_code == 143
+    assert ended == ["success"]  # the run ended completely before the interrupt was raised
+    records = [json.loads(line) for line in (tmp_path / "ending" / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["kind"] == "run_end" and records[-1]["status"] == "success"

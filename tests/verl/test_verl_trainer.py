@@ -193,6 +193,47 @@ def test_remax_is_a_config_error_naming_the_key(tmp_path, data_file, tokenizer):
         make_trainer(cfg, tokenizer, Recorder())
 
 
+def test_prompt_filters_run_before_generation_and_the_learning_state_is_checkpointed(tmp_path, data_file, tokenizer):
+    """The pre-generation stage in verl's loop: easy (always right) and hard (always wrong) prompts
+    seen once are skipped before generate_sequences; every generation batch keeps its size; the
+    learning state goes into rlhooks.pt and comes back on resume."""
+    import torch
+
+    from rlhooks.core.manager import LEARNING_KEY
+
+    gen_bs = 6
+    selective = {**DAPO, "prompt_filters": [{"name": "selective_rollout", "p_easy": 0.05, "p_hard": 0.05,
+                                             "adjust_step": 0.0, "seed": 1}]}
+    rec = Recorder()
+    cfg = verl_config(data_file, tmp_path, 8, selective, gen_bs=gen_bs)  # 60 rows: revisits from step 6
+    trainer = make_trainer(cfg, tokenizer, rec)
+    trainer.fit()
+
+    sampled = rec.of("on_batch_sampled")
+    assert all(len(e[3]) == gen_bs for e in sampled)  # the generation batch keeps its (divisible) size
+    assert trainer.async_rollout_manager.calls == len(sampled)  # one generate_sequences per generation batch
+    skipped = {s: sum(rec.logged[t].get(f"source/{s}/prompts_skipped", 0) for t in range(1, 9)) for s in ("easy", "hard", "mixed")}
+    assert skipped["easy"] > 0 and skipped["hard"] > 0 and skipped["mixed"] == 0, skipped
+    assert rec.logged[8]["prompt_filter/skipped_total"] == sum(skipped.values())
+    # skipped prompts did not reach generation: revisited easy/hard prompts are rarely generated again
+    seen: set[int] = set()
+    again = {"easy": 0, "hard": 0, "mixed": 0}
+    for e in sampled:
+        for row, src in zip(e[3], e[4]):
+            again[src] += row in seen
+            seen.add(row)
+    assert again["mixed"] > 0 and again["easy"] + again["hard"] < 0.2 * (skipped["easy"] + skipped["hard"]), (again, skipped)
+    learning = trainer.rl.learning
+    assert learning is not None and int(learning.times_sampled.sum()) == sum(e[3] for e in rec.of("on_rewards_computed")) // N
+
+    state = torch.load(tmp_path / "ckpt" / "global_step_8" / "rlhooks.pt", weights_only=False)
+    saved = state["components"][LEARNING_KEY]["learning"]
+    resumed = make_trainer(verl_config(data_file, tmp_path, 8, selective, gen_bs=gen_bs), tokenizer, Recorder())
+    resumed.global_steps = 8  # what fit() sets before loading; resume from the latest checkpoint
+    resumed._load_checkpoint()
+    assert resumed.rl.learning.state_dict() == saved == learning.state_dict()
+
+
 def test_kl_in_reward_is_applied_before_the_filters_like_the_dapo_recipe(tmp_path, data_file, tokenizer):
     """use_kl_in_reward + seq_final_reward: the penalty is in the metric the filter reads (no PluginError)."""
     beta = 0.5
@@ -394,3 +435,21 @@ def test_kl_in_reward_follows_the_rlhooks_reward_functions(tmp_path, data_file, 
         scores, mask = dp.batch["token_level_scores"], dp.batch["response_mask"].float()
         np.testing.assert_allclose(scores.sum(-1).numpy(), scored["reward"], rtol=1e-6)
         torch.testing.assert_close(dp.batch["token_level_rewards"], scores - beta * 0.1 * mask)
+
+
+def test_adaptive_generation_batches_stay_divisible_for_the_rollout_workers(tmp_path, data_file, tokenizer):
+    """run.gen_batch_sizing: adaptive cuts a step's later generation batches to what is missing,
+    in multiples of world_size / gcd(world_size, n) prompts (8 workers, n=4: even sizes)."""
+    rec = Recorder()
+    cfg = verl_config(data_file, tmp_path, 3, {**DAPO, "run": {"out_dir": str(tmp_path / "runs"),
+                                                               "gen_batch_sizing": "adaptive"}}, gen_bs=10)
+    trainer = make_trainer(cfg, tokenizer, rec)
+    trainer.actor_rollout_wg.world_size = 8
+    trainer.fit()
+    by_step: dict[int, list[int]] = {}
+    for e in rec.of("on_batch_sampled"):
+        by_step.setdefault(e[1], []).append(len(e[3]))
+    assert all(sizes[0] == 10 for sizes in by_step.values())
+    later = [s for sizes in by_step.values() for s in sizes[1:]]
+    assert later and all(s % 2 == 0 and s < 10 for s in later), by_step
+    assert [len(b) for b in trainer.trained] == [TRAIN_BS * N] * 3

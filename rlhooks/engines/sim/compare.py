@@ -3,8 +3,9 @@
 Each config runs as ``<out>/compare/<config file stem>``; the generated dataset is written once
 (``<out>/compare/data.parquet``) unless ``--data`` names one. The comparison table (also written
 as comparison.md and comparison.json) gives per source the first step whose simulated accuracy
-reached ``simulate.target_accuracy``, the final accuracy, and the generated vs trained
-trajectories (what the filters cost).
+reached ``simulate.target_accuracy``, the final accuracy, the trajectories generated until the
+mean accuracy first reached the target (``generated_to_target``, next to the final mean accuracy),
+and the generated vs trained trajectories (what the filters cost).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def compare(
     result: dict[str, Any] = {"configs": [str(c) for c in configs], "data": str(data), "seed": seed, "runs": summaries}
     if report:
         result["report"] = try_report([Path(s["run_dir"]) for s in summaries], root / "report")
+    result["generation_chart"] = _try_generation_chart(summaries, root / "generated_vs_accuracy.png")
     (root / "comparison.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     (root / "comparison.md").write_text(format_comparison(result) + "\n")
     return result
@@ -79,7 +81,10 @@ def format_comparison(result: dict[str, Any]) -> str:
             v = r["sources"].get(s, {}).get("accuracy")
             cells.append("-" if v is None else f"{v:.3f}")
         rows.append([f"final accuracy: {s}", *cells])
+    rows.append([f"steps to {target:.2f}: mean", *["-" if r.get("steps_to_target") is None else str(r["steps_to_target"]) for r in runs]])
     rows.append(["final accuracy: mean", *[f"{r['mean_accuracy']:.3f}" if r["mean_accuracy"] is not None else "-" for r in runs]])
+    rows.append([f"generated to {target:.2f}: mean",
+                 *["-" if r.get("generated_to_target") is None else f"{r['generated_to_target']:,}" for r in runs]])
     rows.append(["generated trajectories", *[f"{r['generated_trajectories']:,}" for r in runs]])
     rows.append(["trained trajectories", *[f"{r['trained_trajectories']:,}" for r in runs]])
     rows.append(["trained / generated", *[f"{r['filter_efficiency']:.0%}" if r["filter_efficiency"] else "-" for r in runs]])
@@ -93,3 +98,53 @@ def format_comparison(result: dict[str, Any]) -> str:
     if result.get("report"):
         out.append(f"report: {result['report']}")
     return "\n".join(out)
+
+
+def generation_curves(run_dir: str | Path) -> tuple[list[float], list[float]]:
+    """(cumulative generated trajectories, mean accuracy) per step, from a run's metrics.jsonl."""
+    from rlhooks.core.records import read_records
+
+    xs, ys = [], []
+    for _, rec in read_records(Path(run_dir) / "metrics.jsonl"):
+        m = (rec or {}).get("metrics") if (rec or {}).get("kind") == "metrics" else None
+        if m and m.get("sim/generated_trajectories") is not None and m.get("sim/accuracy/mean") is not None:
+            xs.append(float(m["sim/generated_trajectories"]))
+            ys.append(float(m["sim/accuracy/mean"]))
+    return xs, ys
+
+
+def write_generation_chart(summaries: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    """Mean accuracy against trajectories generated, one line per run, the target as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
+    for s in summaries:
+        xs, ys = generation_curves(s["run_dir"])
+        if not xs:
+            continue
+        line, = ax.plot([x / 1000 for x in xs], ys, label=s["name"], linewidth=1.8)
+        if s.get("generated_to_target") is not None:
+            ax.axvline(s["generated_to_target"] / 1000, color=line.get_color(), linestyle=":", linewidth=1)
+    target = summaries[0]["target_accuracy"] if summaries else None
+    if target is not None:
+        ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:.2f}")
+    ax.set_xlabel("trajectories generated (thousands)")
+    ax.set_ylabel("mean accuracy (sim/accuracy/mean)")
+    ax.set_title("Accuracy per generated trajectory (dotted: generated to target)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _try_generation_chart(summaries: Sequence[dict[str, Any]], path: Path) -> str | None:
+    try:
+        return str(write_generation_chart(summaries, path))
+    except ImportError:  # matplotlib is the optional 'report' extra
+        return None

@@ -137,12 +137,16 @@ class SimEngine:
         self.generated_trajectories = 0
         self.trained_trajectories = 0
         self.reached: dict[str, int | None] = {s: None for s in data.source_names}
+        #: trajectories generated until sim/accuracy/mean first reached the target (None: not yet)
+        self.generated_to_target: int | None = None
+        self.steps_to_target: int | None = None
         self.last_metrics: dict[str, float] = {}
         self._gen_s = 0.0
         self._source_obj = np.asarray(data.source_names, dtype=object)
         comp = data.columns.complexity
         self._complexity = comp if comp is not None else np.full(len(data), np.nan, np.float32)
         self._answer_head = _answer_heads(data.solution)
+        self._item_offset = self.learner.item_offsets(len(data), self.options.data_seed)
         self._eval = self._eval_subset()
         nb = self.options.learner.buckets
         # each source's share of items per difficulty bucket: skill is mastery where its items are
@@ -169,7 +173,7 @@ class SimEngine:
         for s, rows in enumerate(self._eval):
             if not len(rows):
                 continue
-            p = self.learner.p_correct(np.full(len(rows), s), self.data.difficulty[rows])
+            p = self.learner.p_correct(np.full(len(rows), s), self.data.difficulty[rows], self._item_offset[rows])
             out[self.data.source_names[s]] = float(p.mean() * (1.0 - self.learner.malformed[s]))
         return out
 
@@ -225,7 +229,7 @@ class SimEngine:
         uid = np.repeat(np.arange(self.uid_next, self.uid_next + p, dtype=np.int64), self.n)
         self.uid_next += p
         src = self.data.source_codes[rows].astype(np.int64)
-        correct, kind = self.learner.respond(src, self.data.difficulty[rows], self.rng)
+        correct, kind = self.learner.respond(src, self.data.difficulty[rows], self.rng, self._item_offset[rows])
         target = self.data.target[rows]
         answer = np.where(correct, target, self._wrong_answers(rows))
         response = _render(self._answer_head[rows], answer, kind)
@@ -331,6 +335,9 @@ class SimEngine:
         for name, first in self.reached.items():
             if first is None and merged.get(f"sim/accuracy/{name}", 0.0) >= target:
                 self.reached[name] = step
+        if self.generated_to_target is None and merged.get("sim/accuracy/mean", 0.0) >= target:
+            self.generated_to_target = self.generated_trajectories
+            self.steps_to_target = step
 
     def alert_details(self) -> dict[str, Any] | None:
         """The alert summary of a configured alert manager (the reward monitor's), if any."""
@@ -384,6 +391,8 @@ class SimEngine:
             "generated_trajectories": self.generated_trajectories,
             "trained_trajectories": self.trained_trajectories,
             "reached": dict(self.reached),
+            "generated_to_target": self.generated_to_target,
+            "steps_to_target": self.steps_to_target,
             "manager": self.manager.state_dict(),
         }
 
@@ -398,6 +407,8 @@ class SimEngine:
         self.generated_trajectories = int(state["generated_trajectories"])
         self.trained_trajectories = int(state["trained_trajectories"])
         self.reached = dict(state["reached"])
+        self.generated_to_target = state.get("generated_to_target")
+        self.steps_to_target = state.get("steps_to_target")
         self.manager.load_state_dict(state["manager"])
         self._sampler_iter = None  # the sampler continues from its restored position
 

@@ -46,8 +46,11 @@ class LearnerOptions:
     transfer: float = attrs.field(default=0.2, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
     #: how strongly a bucket waits for the one below: readiness = mastery_below ** power (0 = no prerequisites)
     prerequisite_power: float = attrs.field(default=3.0, validator=attrs.validators.ge(0))
+    #: std of each item's own difficulty offset, hidden from the complexity score (0 = none): real
+    #: prompts are solved or failed persistently for reasons their difficulty label does not show
+    item_spread: float = attrs.field(default=0.1, validator=attrs.validators.ge(0))
     malformed_rate: float = attrs.field(default=0.15, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
-    format_learning_rate: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
+    format_learning_rate: float = attrs.field(default=2.0, validator=attrs.validators.ge(0))
 
 
 class SimLearner:
@@ -65,16 +68,22 @@ class SimLearner:
         nb = self.options.buckets
         return np.minimum((np.asarray(difficulty) * nb).astype(np.int64), nb - 1)
 
-    def p_correct(self, source: np.ndarray, difficulty: np.ndarray) -> np.ndarray:
+    def item_offsets(self, n_items: int, seed: int) -> np.ndarray:
+        """Each item's hidden difficulty offset, N(0, item_spread), fixed by the data seed."""
+        return np.random.default_rng([seed, 5]).normal(0.0, self.options.item_spread, n_items)
+
+    def p_correct(self, source: np.ndarray, difficulty: np.ndarray, offset: np.ndarray | float = 0.0) -> np.ndarray:
+        """P(right answer): the (source, bucket) skill against the item's difficulty plus its hidden offset."""
         s = self.skill[source, self.bucket(difficulty)]
-        return sigmoid(self.options.sharpness * (s - difficulty))
+        return sigmoid(self.options.sharpness * (s - difficulty - offset))
 
     def mastery(self) -> np.ndarray:
         return sigmoid(self.options.sharpness * (self.skill - self.centres[None, :]))
 
-    def respond(self, source: np.ndarray, difficulty: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def respond(self, source: np.ndarray, difficulty: np.ndarray, rng: np.random.Generator,
+                offset: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """Per trajectory row: whether the answer is right, and how the response is formed."""
-        p = self.p_correct(source, difficulty)
+        p = self.p_correct(source, difficulty, offset)
         correct = rng.random(len(p)) < p
         bad = rng.random(len(p)) < self.malformed[source]
         kind = np.where(bad, rng.integers(NO_ANSWER_TAGS, UNCLOSED_ANSWER + 1, len(p)), WELL_FORMED)

@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 
+from rlhooks.core import interrupt
 from rlhooks.core.config import Config
 from rlhooks.core.errors import RLHooksError
 from rlhooks.core.metrics import split_source_key
@@ -62,11 +63,16 @@ def simulate_run(
         try:
             engine.run(progress=progress)
         except BaseException:
-            _write_summary(engine, time.perf_counter() - t0, run_dir, report=False)
-            rd.finish(engine.manager.final_status or "failed")
+            with interrupt.deferred():
+                try:
+                    _write_summary(engine, time.perf_counter() - t0, run_dir, report=False)
+                except OSError as exc:  # the run's own error (or the interrupt) is the one to report
+                    log.error(f"cannot write {run_dir / 'summary.json'}: {exc.strerror or exc}")
+                rd.finish(engine.manager.final_status or "failed")
             raise
-        summary = _write_summary(engine, time.perf_counter() - t0, run_dir, report=report)
-        rd.finish(summary["status"])
+        with interrupt.deferred():  # a SIGTERM now waits until the run-end files are written
+            summary = _write_summary(engine, time.perf_counter() - t0, run_dir, report=report)
+            rd.finish(summary["status"])
     return summary
 
 
@@ -119,6 +125,9 @@ def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str,
         "target_accuracy": engine.options.target_accuracy,
         "sources": sources,
         "mean_accuracy": float(sum(a for a in acc.values()) / len(acc)) if acc else None,
+        # the mean accuracy's first step at the target, and the trajectories generated until then
+        "steps_to_target": engine.steps_to_target,
+        "generated_to_target": engine.generated_to_target,
         "curriculum": curriculum,
         "sampler_weights": {k[len("sampler/weight/"):]: v for k, v in m.items() if k.startswith("sampler/weight/")},
         "filter": filt,
@@ -154,6 +163,8 @@ def format_summary(s: dict[str, Any]) -> str:
     line = f"  trajectories: {s['generated_trajectories']:,} generated, {s['trained_trajectories']:,} trained"
     if eff is not None:
         line += f" (filter efficiency {eff:.0%})"
+    if s.get("generated_to_target") is not None:
+        line += f"; {s['generated_to_target']:,} generated until the mean accuracy reached {target:.2f} (step {s['steps_to_target']})"
     lines.append(line)
     if "kept_ratio" in {k.split("/", 1)[1] for k in s["filter"]}:
         lines.append(f"  last step: filter kept {s['filter']['filter/kept_ratio']:.0%} of generated groups")

@@ -24,6 +24,8 @@ The training part calls verl's own methods; the lines around them follow verl 0.
 
 from __future__ import annotations
 
+import math
+
 import os
 import uuid
 from collections.abc import Iterable, Iterator
@@ -121,6 +123,12 @@ class VerlRollout:
     def concat(self, payloads: list[DataProto]) -> DataProto:
         return adapter.concat(payloads)
 
+    @property
+    def prompt_multiple(self) -> int:
+        """Adaptive generation batches are a multiple of this: their n responses split evenly over the rollout workers."""
+        world = int(getattr(self.trainer.actor_rollout_wg, "world_size", 1) or 1)
+        return world // math.gcd(world, int(self.trainer.config.actor_rollout_ref.rollout.n))
+
 
 class RLHooksRayPPOTrainer(RayPPOTrainer):
     """verl's legacy PPO/GRPO trainer driven by rlhooks plugins.
@@ -164,6 +172,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         )
         self.rl = RunManager(rlhooks_config(self.config, steps=max(int(steps), 1)), extra_plugins=self._rlhooks_plugins)
         self.driver = StepDriver(self.rl)
+        self.rl.attach_data(adapter.dataset_columns(train_dataset))  # the prompt-level learning state
         if self.rl.config.sampler is not None:
             if train_sampler is not None:
                 log.info("the rlhooks sampler replaces verl's train sampler", sampler=self.rl.config.sampler.name,

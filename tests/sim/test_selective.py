@@ -1,0 +1,147 @@
+"""The pre-generation stage, the learning state and the selective plugins inside real simulated runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from rlhooks import FilterDecision, hookimpl
+from rlhooks.core.manager import LEARNING_KEY, Registered, RunManager
+from rlhooks.core.pregen import adaptive_size
+from rlhooks.engines.sim.compare import compare
+from rlhooks.engines.sim.engine import SimEngine, load_sim_config
+
+from .conftest import small_config
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "configs"
+SELECTIVE = {"prompt_filters": [{"name": "selective_rollout", "p_easy": 0.3, "p_hard": 0.3}], "filters": ["dapo"]}
+
+
+class Recorder:
+    def __init__(self):
+        self.sampled: list[int] = []
+        self.generated_groups = 0
+        self.metrics: dict[int, dict] = {}
+
+    @hookimpl
+    def on_batch_sampled(self, step, batch):
+        self.sampled.append(len(batch))
+
+    @hookimpl
+    def on_rewards_computed(self, step, batch):
+        self.generated_groups += batch.groups.n_groups
+
+    @hookimpl
+    def log_metrics(self, step, metrics):
+        self.metrics[step] = dict(metrics)
+
+
+def run(cfg, data, run_dir, steps=None, state=None):
+    rec = Recorder()
+    config = load_sim_config(cfg)
+    engine = SimEngine(config, data, manager=RunManager(config, run_dir=run_dir, extra_plugins=[("rec", rec)]))
+    if state is not None:
+        engine.load_state_dict(state)
+    engine.run(steps)
+    return engine, rec
+
+
+def test_generation_batches_keep_their_size_and_the_counts_add_up(small_data, tmp_path):
+    cfg = small_config(tmp_path, **SELECTIVE, run={"steps": 14})
+    engine, rec = run(cfg, small_data, tmp_path / "r")
+    assert set(rec.sampled) == {24}  # every generation batch has the configured size
+    skipped = sum(m["prompt_filter/skipped"] for m in rec.metrics.values())
+    assert skipped > 0 and rec.metrics[14]["prompt_filter/skipped_total"] == skipped
+    for m in rec.metrics.values():
+        generated = m["train/num_gen_batches"] * 24
+        assert m["prompt_filter/sampled"] == generated + m["prompt_filter/skipped"] - m["prompt_filter/forced"] + m["prompt_filter/surplus"]
+        assert m["prompt_filter/saved_trajectories"] == (m["prompt_filter/skipped"] - m["prompt_filter/forced"]) * 4
+        per_source = [v for k, v in m.items() if k.startswith("source/") and k.endswith("/prompts_skipped")]
+        assert sum(per_source) == m["prompt_filter/skipped"]
+        saved = [v for k, v in m.items() if k.startswith("source/") and k.endswith("/trajectories_saved")]
+        assert sum(saved) == m["prompt_filter/saved_trajectories"]
+    # the learning state saw every generated group, the ones the DAPO filter dropped included
+    learning = engine.manager.learning
+    assert int(learning.times_sampled.sum()) == rec.generated_groups == engine.generated_trajectories // 4
+    assert engine.generated_trajectories == sum(rec.sampled) * 4
+
+
+class DropAll:
+    def select(self, batch):
+        return FilterDecision(np.zeros(len(batch), dtype=bool), {"drop_all/seen": len(batch)})
+
+
+def test_when_filters_keep_too_few_the_batch_is_filled_with_skipped_prompts(small_data, tmp_path):
+    config = load_sim_config(small_config(tmp_path, run={"steps": 2, "max_prompt_draws": 3}))
+    rec = Recorder()
+    manager = RunManager(config, run_dir=tmp_path / "d", extra_plugins=[("rec", rec)])
+    manager.prompt_filters.append((Registered("drop_all", "prompt_filter", "test", "tests", DropAll(), "raise"), DropAll()))
+    engine = SimEngine(config, small_data, manager=manager)
+    engine.run()
+    m = rec.metrics[1]
+    assert set(rec.sampled) == {24}
+    assert m["prompt_filter/draws"] == 3 * m["train/num_gen_batches"]
+    g = m["train/num_gen_batches"]
+    assert m["prompt_filter/skipped"] == 3 * 24 * g and m["prompt_filter/forced"] == 24 * g  # the first draw, back in
+    assert m["prompt_filter/saved_trajectories"] == (3 * 24 - 24) * g * 4
+    assert m["drop_all/seen"] == m["prompt_filter/sampled"]
+
+
+def test_adaptive_size_follows_gresos_rule():
+    assert adaptive_size(96, needed_groups=4, kept_groups=60, generated_groups=96) == 16  # floor: 96 / 6
+    assert adaptive_size(96, needed_groups=30, kept_groups=34, generated_groups=96) == 96  # capped
+    assert adaptive_size(384, needed_groups=100, kept_groups=200, generated_groups=400) == 250
+    assert adaptive_size(384, needed_groups=100, kept_groups=200, generated_groups=400, multiple=16) == 256
+    assert adaptive_size(96, needed_groups=64, kept_groups=0, generated_groups=96) == 96  # nothing kept yet
+
+
+def test_adaptive_sizing_without_prompt_filters(small_data, tmp_path):
+    cfg = small_config(tmp_path, filters=["dapo"], run={"steps": 6, "gen_batch_sizing": "adaptive"})
+    _, rec = run(cfg, small_data, tmp_path / "a")
+    assert min(rec.sampled) < 24 and rec.sampled[0] == 24
+    assert all(k == "prompt_filter/surplus" for m in rec.metrics.values() for k in m if k.startswith("prompt_filter/"))
+
+
+def test_resume_with_selective_rollout_and_learnability_equals_uninterrupted(small_data, tmp_path):
+    cfg = small_config(tmp_path, **SELECTIVE, sampler={"name": "learnability", "level": "prompt"},
+                       run={"steps": 10, "gen_batch_sizing": "adaptive"})
+    _, full = run(cfg, small_data, tmp_path / "full")
+    first, part1 = run(cfg, small_data, tmp_path / "p1", steps=5)
+    state = json.loads(json.dumps(first.state_dict()))  # learning state included, JSON-safe
+    assert LEARNING_KEY in state["manager"]
+    resumed, part2 = run(cfg, small_data, tmp_path / "p2", state=state)
+    assert resumed.step == 10
+    combined = {**part1.metrics, **part2.metrics}
+    assert combined.keys() == full.metrics.keys()
+    for step in full.metrics:
+        a = {k: v for k, v in combined[step].items() if not k.startswith("timing/")}
+        b = {k: v for k, v in full.metrics[step].items() if not k.startswith("timing/")}
+        assert a == b, f"step {step} differs after resume"
+
+
+def test_resume_with_the_ucb_sampler_equals_uninterrupted(small_data, tmp_path):
+    cfg = small_config(tmp_path, filters=["dapo"], sampler={"name": "dump_ucb", "window": 50}, run={"steps": 8})
+    _, full = run(cfg, small_data, tmp_path / "full")
+    first, part1 = run(cfg, small_data, tmp_path / "p1", steps=4)
+    _, part2 = run(cfg, small_data, tmp_path / "p2", state=json.loads(json.dumps(first.state_dict())))
+    strip = lambda m: {k: v for k, v in m.items() if not k.startswith("timing/")}
+    assert {s: strip(m) for s, m in {**part1.metrics, **part2.metrics}.items()} == {s: strip(m) for s, m in full.metrics.items()}
+
+
+def test_compare_selective_generates_less_to_reach_the_target(tmp_path):
+    """The README's comparison at a smaller size: dapo + selective_rollout reaches the mean-accuracy
+    target with fewer generated trajectories than dapo, at a final accuracy as good."""
+    result = compare([EXAMPLES / "dapo.yaml", EXAMPLES / "selective.yaml"],
+                     ["run.steps=40", "simulate.rows_per_source=600", "simulate.target_accuracy=0.6"],
+                     out=tmp_path, report=False)
+    dapo, selective = result["runs"]
+    assert dapo["generated_to_target"] is not None and selective["generated_to_target"] is not None
+    assert selective["generated_to_target"] * 1.3 <= dapo["generated_to_target"], (dapo, selective)
+    assert selective["mean_accuracy"] >= dapo["mean_accuracy"] - 0.01
+    table = (tmp_path / "compare" / "comparison.md").read_text()
+    assert "generated to 0.60: mean" in table
+    chart = Path(result["generation_chart"])
+    assert chart.name == "generated_vs_accuracy.png" and chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((tmp_path / "compare" / "comparison.json").read_text())["runs"][1]["generated_to_target"] == selective["generated_to_target"]
