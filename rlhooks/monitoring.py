@@ -40,6 +40,7 @@ from rlhooks.plugins.rewards.alerts import (
     AlertManager,
     AlertSpec,
     did_you_mean,
+    log_alert,
     resolve_metric,
 )
 from rlhooks.plugins.rewards.analyzer import AnalyzerError, HackingReport, QualityReport, RewardAnalyzer
@@ -54,7 +55,8 @@ __all__ = [
 class RealtimeMonitor:
     """Threshold and trend alerts checked on each step's metrics dict, outside or inside an rlhooks run.
 
-    ``print_alerts``: print each fired alert to stderr (they are logged through structlog as well).
+    ``print_alerts``: print each fired alert to stderr, one line each; ``False``: log them through
+    structlog instead (to route them with the application's logging).
     ``default_alerts``: start with the documented default alert set (``DEFAULT_ALERTS``).
     """
 
@@ -62,7 +64,7 @@ class RealtimeMonitor:
         self.print_alerts = print_alerts
         self._keep = keep
         self._specs: list[AlertSpec] = list(DEFAULT_ALERTS) if default_alerts else []
-        self._manager = AlertManager(self._specs, keep=keep)
+        self._manager = AlertManager(self._specs, keep=keep, log_alerts=False)
 
     @property
     def alerts(self) -> list[AlertSpec]:
@@ -71,7 +73,7 @@ class RealtimeMonitor:
     def _add(self, spec: AlertSpec) -> AlertSpec:
         old = self._manager
         self._specs.append(spec)
-        self._manager = AlertManager(self._specs, keep=self._keep)
+        self._manager = AlertManager(self._specs, keep=self._keep, log_alerts=False)
         self._manager.load_state_dict(old.state_dict())  # keeps counts, history and trend windows
         self._manager.keys_seen = old.keys_seen
         return spec
@@ -97,9 +99,11 @@ class RealtimeMonitor:
         numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
                    or type(v).__module__ == "numpy" and getattr(v, "ndim", 1) == 0}
         fired = self._manager.check(int(step), numbers)
-        if self.print_alerts:
-            for a in fired:
+        for a in fired:  # reported once: printed, or logged
+            if self.print_alerts:
                 print(f"[{a.level.upper()}] step {a.step}: {a.message}", file=sys.stderr)
+            else:
+                log_alert(a)
         return fired
 
     def get_alert_summary(self) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -17,7 +18,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "dashboard", help="live web dashboard over runs' metrics.jsonl",
         description="Serve an interactive page over the runs' metrics.jsonl (live while they write; several runs "
-                    "overlay). Needs the dashboard extra: pip install 'rlhooks[dashboard]'. From another machine: "
+                    "overlay). Needs the dashboard extra (pip install -e '.[dashboard]' in the rlhooks clone). From another machine: "
                     f"ssh -L {DEFAULT_PORT}:127.0.0.1:{DEFAULT_PORT} HOST, then open http://127.0.0.1:{DEFAULT_PORT}.",
     )
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (or metrics.jsonl files)")
@@ -44,6 +45,25 @@ def streamlit_command(runs: list[str], host: str, port: int, refresh: float, ope
     ]
 
 
+def _check_port_free(host: str, port: int) -> None:
+    """Refuse a taken port before printing a URL that would show someone else's page (Streamlit would
+    only say "Port N is not available" after the URL was printed)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise RLHooksError(f"--host {host}: cannot resolve it ({exc.strerror}); use an address such as 127.0.0.1") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server does: a just-stopped one's port is free
+        try:
+            s.bind(address)
+        except OSError as exc:
+            raise RLHooksError(
+                f"cannot serve on {host}:{port}: {exc.strerror or exc} (another dashboard or server?); "
+                f"pick a free port with --port N"
+            ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         import plotly  # noqa: F401
@@ -51,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise RLHooksError(
             f"rlhooks dashboard needs the dashboard extra ({exc.name} is not installed): "
-            f"pip install 'rlhooks[dashboard]'"
+            f"in the rlhooks clone, pip install -e '.[dashboard]' (or: pip install 'streamlit>=1.52' 'plotly>=5.20' pandas)"
         ) from None
     from rlhooks.dashboard.data import DashboardError, find_metrics_file
 
@@ -63,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
             raise RLHooksError(str(exc)) from None
     if args.refresh <= 0:
         raise RLHooksError(f"--refresh must be > 0 seconds, got {args.refresh:g}")
+    _check_port_free(args.host, args.port)
     cmd = streamlit_command(paths, args.host, args.port, args.refresh, args.open)
     print(f"rlhooks dashboard: http://{args.host}:{args.port}  ({len(paths)} run{'s' if len(paths) != 1 else ''}; Ctrl-C stops)",
           flush=True)

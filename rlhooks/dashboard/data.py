@@ -46,6 +46,19 @@ def find_metrics_file(run: str | Path) -> Path:
     )
 
 
+def label_runs(tails: list["RunTail"]) -> None:
+    """Give every run a distinct ``label``: its name, or ``name (run directory)`` when several runs
+    share a name (two seeds of ``demo`` under different parents); call after ``refresh``, which may
+    replace the name with the run_start record's."""
+    names = [t.name for t in tails]
+    for t in tails:
+        t.label = f"{t.name} ({t.run_dir})" if names.count(t.name) > 1 else t.name
+    labels = [t.label for t in tails]
+    for i, t in enumerate(tails):  # the same directory given twice
+        if labels.count(t.label) > 1:
+            t.label = f"{t.label} #{labels[:i + 1].count(t.label)}"
+
+
 class RunTail:
     """One run's ``metrics.jsonl``, re-read incrementally. Thread-safe (one dashboard, many browser tabs)."""
 
@@ -53,6 +66,7 @@ class RunTail:
         self.path = find_metrics_file(path)
         self.run_dir = self.path.parent
         self.name = self.run_dir.name
+        self.label = self.name  # what the page shows: the name, or name (directory) when names collide
         self.config: dict[str, Any] = {}
         self.status: str | None = None
         self.skipped_lines = 0

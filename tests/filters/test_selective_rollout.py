@@ -13,6 +13,8 @@ from rlhooks.testing import PromptFilterContract
 
 
 class TestSelectiveRolloutContract(PromptFilterContract):
+    plugin_class = SelectiveRollout
+
     @pytest.fixture
     def component(self):
         return SelectiveRollout

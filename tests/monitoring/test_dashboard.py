@@ -161,7 +161,9 @@ def test_every_panel_renders_with_data_overlays_runs_and_follows_appended_lines(
     assert "kept ratio" in snap["filter"]["text"]
     alerts = snap["alerts"]["text"]
     assert "DAPO keeps under 90% of the groups" in alerts  # the fired alerts, as a table
-    assert "filter/kept_ratio" in alerts  # the run-end alert summary of the finished run
+    assert "filter/kept_ratio" in alerts  # the run-end alert summary of the finished run:
+    assert "first_step" in alerts and "last_step" in alerts  # its by-metric table
+    assert "alert on kl_divergense never checked: no step logged it — did you mean training/kl_divergence?" in alerts
     samples = snap["samples"]
     assert samples["tables"] >= 1 and "selection" in samples["text"] and "top" in samples["text"]
     raw = snap["raw"]
@@ -200,3 +202,26 @@ def test_dashboard_binds_localhost_headless_by_default():
     # --open still never opens a browser without a terminal (this test's stdout is captured)
     cmd = streamlit_command(["x"], "127.0.0.1", 8501, 2.0, open_browser=True)
     assert dict(zip(cmd[5::2], cmd[6::2]))["--server.headless"] == "true"
+
+
+def test_dashboard_refuses_a_taken_port_before_printing_its_url(demo_run, capsys):
+    from rlhooks.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["dashboard", str(demo_run), "--port", str(port)]) == 1
+    out, err = capsys.readouterr()
+    assert f"cannot serve on 127.0.0.1:{port}" in err and "pick a free port with --port N" in err
+    assert "http://" not in out  # no URL printed for a page that is not this dashboard
+
+
+def test_without_the_extra_the_error_says_how_to_install_it(demo_run, monkeypatch, capsys):
+    from rlhooks.cli import main
+
+    monkeypatch.setitem(sys.modules, "streamlit", None)  # as if not installed: import raises ImportError
+    assert main(["dashboard", str(demo_run)]) == 1
+    err = capsys.readouterr().err
+    assert "needs the dashboard extra (streamlit is not installed)" in err
+    assert "pip install -e '.[dashboard]'" in err and "Traceback" not in err

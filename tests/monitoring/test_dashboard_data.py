@@ -50,3 +50,23 @@ def test_missing_run_is_a_clear_error(tmp_path):
         RunTail(tmp_path)
     with pytest.raises(DashboardError, match="no such run directory"):
         RunTail(tmp_path / "nope")
+
+
+def test_runs_sharing_a_name_get_distinct_labels_after_their_run_start(tmp_path):
+    """Two seeds of 'demo' (runs/demo, runs0/demo) overlaid: the legends and tables tell them apart,
+    also when the run_start record (read by refresh) renames a run after the page labelled it."""
+    from rlhooks.dashboard.data import label_runs
+
+    dirs = [tmp_path / "runs" / "demo", tmp_path / "runs0" / "demo", tmp_path / "runs" / "seed1"]
+    for d in dirs:
+        d.mkdir(parents=True)
+        (d / "metrics.jsonl").write_text(line(kind="run_start", name="demo", config={}), encoding="utf-8")
+    tails = [RunTail(d) for d in dirs] + [RunTail(dirs[2])]  # the last directory given twice
+    for t in tails:
+        t.refresh()
+    label_runs(tails)
+    labels = [t.label for t in tails]
+    assert len(set(labels)) == 4 and all(t.name == "demo" for t in tails)
+    assert labels[0] == f"demo ({dirs[0]})" and labels[1] == f"demo ({dirs[1]})"
+    label_runs(tails[:1])
+    assert tails[0].label == "demo"  # alone, a run is its name

@@ -186,3 +186,27 @@ def test_import_pulls_no_heavy_dependency():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
+
+
+@pytest.mark.parametrize("print_alerts", [True, False])
+def test_each_fired_alert_is_reported_once(print_alerts, capsys):
+    """print_alerts=True: one printed line per alert (not a structlog line as well); False: one structlog
+    event per alert (for the application's logging), nothing printed."""
+    from structlog.testing import capture_logs
+
+    monitor = RealtimeMonitor(print_alerts=print_alerts)
+    monitor.add_threshold_alert("signal_to_noise", threshold=0.5, condition="less")
+    with capture_logs() as logs:
+        for step in range(3):
+            monitor.check_metrics(step, {"signal_to_noise": 0.1})
+    printed = [ln for ln in capsys.readouterr().err.splitlines() if "signal_to_noise = 0.1 is less than 0.5" in ln]
+    events = [e for e in logs if e["event"].startswith("reward alert:")]
+    assert (len(printed), len(events)) == ((3, 0) if print_alerts else (0, 3))
+    assert monitor.get_alert_summary()["total"] == 3
+
+
+def test_an_empty_reward_history_is_named_as_such():
+    from rlhooks.monitoring import AnalyzerError
+
+    with pytest.raises(AnalyzerError, match="reward_history is empty: give one dict per step"):
+        RewardAnalyzer().analyze_quality([], [])

@@ -15,6 +15,8 @@ from rlhooks.testing import SamplerContract
 
 
 class TestLearnabilityPromptContract(SamplerContract):
+    plugin_class = LearnabilitySampler
+
     @pytest.fixture
     def component(self):
         return LearnabilitySampler
@@ -35,6 +37,8 @@ class TestLearnabilitySourceContract(TestLearnabilityPromptContract):
 
 
 class TestUCBContract(SamplerContract):
+    plugin_class = UCBSampler
+
     @pytest.fixture
     def component(self):
         return UCBSampler

@@ -292,6 +292,26 @@ def test_router_replay_r2_r3_conflict_is_verls_error(tmp_path, data_file, tokeni
         trainer._policy_log_probs(batch, {}, {})
 
 
+def test_log_probs_without_old_log_probs_is_verls_assertion(tmp_path, data_file, tokenizer):
+    """verl 0.9.1 fit()'s check after the old log-prob pass: a worker that returns no old_log_probs stops
+    the step there, not later inside the advantage or the actor update."""
+    class NoOldLogProbTrainer(CPUTrainer):
+        def _compute_old_log_prob(self, batch):
+            out, mfu = super()._compute_old_log_prob(batch)
+            out.batch.pop("old_log_probs")
+            return out, mfu
+
+    cfg = verl_config(data_file, tmp_path, 1, {})
+    dataset = RLHFDataset(data_files=cfg.data.train_files, tokenizer=tokenizer, config=cfg.data)
+    trainer = NoOldLogProbTrainer(config=cfg, tokenizer=tokenizer, role_worker_mapping={Role.ActorRollout: object},
+                                  resource_pool_manager=None, train_dataset=dataset, val_dataset=dataset,
+                                  collate_fn=collate_fn).attach_standins()
+    batch = trainer.async_rollout_manager.generate_sequences(trainer._sample_prompts(1)[0].repeat(N, interleave=True))
+    batch.batch["response_mask"] = batch.batch["attention_mask"][:, -batch.batch["responses"].shape[-1]:]
+    with pytest.raises(AssertionError, match='"old_log_probs" not in'):
+        trainer._policy_log_probs(batch, {}, {})
+
+
 def test_sample_rows_carry_sample_id_policy_version_and_advantage(tmp_path, data_file, tokenizer):
     """sample_level_logging.md's fields: a trajectory id, the weights' version, the advantage (verl's)."""
     def tables(out, name="samples/top_bottom_k"):

@@ -195,11 +195,18 @@ DEFAULT_ALERTS: tuple[AlertSpec, ...] = (
 )
 
 
+def log_alert(a: Alert) -> None:
+    """A fired alert as a structlog event at its level."""
+    emit = {"info": log.info, "warning": log.warning, "critical": log.critical}[a.level]
+    emit(f"reward alert: {a.message}", step=a.step, metric=a.metric, level=a.level, kind=a.kind, value=a.value)
+
+
 class AlertManager:
     """Evaluates alerts step after step; bounded memory (one deque of ``window`` per trend)."""
 
-    def __init__(self, specs: tuple[AlertSpec, ...] | list[AlertSpec], keep: int = 1000) -> None:
+    def __init__(self, specs: tuple[AlertSpec, ...] | list[AlertSpec], keep: int = 1000, log_alerts: bool = True) -> None:
         self.specs = list(specs)
+        self.log_alerts = log_alerts  # False: the caller reports fired alerts itself (RealtimeMonitor)
         self._series = {i: deque(maxlen=s.window) for i, s in enumerate(self.specs) if s.kind == "trend"}
         self.history: deque[Alert] = deque(maxlen=keep)  # recent alerts, for the summary
         self.counts: Counter[str] = Counter()  # by level, whole run
@@ -312,9 +319,8 @@ class AlertManager:
         self.by_metric[a.metric] += 1
         self.first_step.setdefault(a.metric, a.step)
         self.last_step[a.metric] = a.step
-        emit = {"info": log.info, "warning": log.warning, "critical": log.critical}[a.level]
-        emit(f"reward alert: {a.message}", step=a.step, metric=a.metric, level=a.level, kind=a.kind,
-             value=a.value)
+        if self.log_alerts:
+            log_alert(a)
 
     @staticmethod
     def step_metrics(fired: list[Alert], counts: Counter[str]) -> dict[str, float]:

@@ -142,6 +142,8 @@ def history_from_rewards(
     """Per-step metrics from the document's ``reward_history`` (one dict per step, see module doc)."""
     if isinstance(reward_history, (str, bytes)) or not isinstance(reward_history, Sequence):
         raise AnalyzerError(f"reward_history must be a list with one dict per step, got {type(reward_history).__name__}")
+    if not reward_history:  # else the metrics-level message (about the reward_monitor plugin) would mislead
+        raise AnalyzerError("reward_history is empty: give one dict per step (reward-function name -> that step's scores)")
     if steps is None:
         steps = list(range(len(reward_history)))
     elif len(steps) != len(reward_history):
