@@ -12,17 +12,18 @@ import pytest
 import structlog
 
 import rlhooks
+import rlhooks.host
 from rlhooks.core.manager import HookValidationError
 
 CORE = Path(rlhooks.__file__).parent / "core"
 
 
-def _manager(tmp_path: Path, backends: list) -> rlhooks.RunManager:
-    cfg = rlhooks.load_config({"run": {"name": "policy", "out_dir": str(tmp_path)}, "backends": backends})
-    return rlhooks.RunManager(cfg)
+def _manager(tmp_path: Path, backends: list) -> rlhooks.host.RunManager:
+    cfg = rlhooks.host.load_config({"run": {"name": "policy", "out_dir": str(tmp_path)}, "backends": backends})
+    return rlhooks.host.RunManager(cfg)
 
 
-def _rec(manager: rlhooks.RunManager, name: str):
+def _rec(manager: rlhooks.host.RunManager, name: str):
     return next(r for r in manager.components if r.name == name)
 
 

@@ -19,6 +19,7 @@ import pytest
 import structlog
 
 import rlhooks
+import rlhooks.host
 from rlhooks.core.errors import ConfigError
 from rlhooks.core.rundir import LOCK_FILE, MARKER_FILE, RunDirError, RunDirLock, check_run_name, write_atomic
 from rlhooks.engines.sim.cli import simulate_run
@@ -33,7 +34,7 @@ def _sim(out: Path, name: str = "r", *extra: str) -> dict:
 @pytest.mark.parametrize("name", ["", " ", ".", "..", "/abs/path", "a/b", "../up", "a\\b", "x\x00y"])
 def test_unsafe_run_names_are_config_errors_with_their_key(name: str) -> None:
     with pytest.raises(ConfigError) as err:
-        rlhooks.load_config({"run": {"name": name}})
+        rlhooks.host.load_config({"run": {"name": name}})
     assert [i.path for i in err.value.issues] == ["run.name"]
     assert check_run_name(name)
 
@@ -104,7 +105,7 @@ def test_second_run_on_a_locked_directory_refuses_naming_the_other_process(tmp_p
             _sim(tmp_path)
         assert {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if p.name != LOCK_FILE} == before
         # the same lock guards any engine's run directory (the verl shim's RunManager.running())
-        manager = rlhooks.RunManager(rlhooks.load_config({"run": {"name": "r", "out_dir": str(tmp_path)}}))
+        manager = rlhooks.host.RunManager(rlhooks.host.load_config({"run": {"name": "r", "out_dir": str(tmp_path)}}))
         with pytest.raises(RunDirError, match=f"pid {holder.pid}"):
             with manager.running():
                 pass

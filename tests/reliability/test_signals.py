@@ -63,11 +63,11 @@ def test_signal_while_a_run_is_ending_waits_for_the_end(tmp_path: Path) -> None:
     """A SIGTERM that lands while the run's end is written is raised only after it (a real signal)."""
     import os
 
-    import rlhooks
+    import rlhooks.host
     from rlhooks.core import interrupt
 
-    cfg = rlhooks.load_config({"run": {"name": "ending", "out_dir": str(tmp_path)}, "backends": ["jsonl"]})
-    manager = rlhooks.RunManager(cfg)
+    cfg = rlhooks.host.load_config({"run": {"name": "ending", "out_dir": str(tmp_path)}, "backends": ["jsonl"]})
+    manager = rlhooks.host.RunManager(cfg)
     ended = []
 
     class SignalAtEnd:  # sends the signal from inside on_run_end, i.e. while the run is being closed
