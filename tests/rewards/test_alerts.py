@@ -72,3 +72,23 @@ def test_bad_alert_config(alert, needle):
         load_config({"rewards": [{"name": "reward_monitor", "alerts": [{"metric": "ok", "min_slope": 0}, alert]}]})
     msg = str(e.value)
     assert "rewards[0].alerts[1]" in msg and "(reward_monitor)" in msg and needle in msg
+
+
+def test_an_alert_is_logged_when_it_starts_to_hold_and_counted_every_step():
+    """No warning per step while a condition holds: logged at its start, one info line when it clears,
+    and again when it returns; the counts (and so alerts/total) still cover every firing step."""
+    import structlog
+
+    am = AlertManager([AlertSpec(metric="filter/kept_ratio", condition="less", threshold=0.3, level="warning")])
+    values = [0.5, 0.2, 0.1, 0.2, 0.4, 0.1, 0.1]  # holds on steps 2-4 and 6-7
+    with structlog.testing.capture_logs() as logs:
+        fired = [len(am.check(step, {"filter/kept_ratio": v})) for step, v in enumerate(values, 1)]
+        # a resumed manager continues the streak instead of logging it anew
+        resumed = AlertManager(am.specs)
+        resumed.load_state_dict(am.state_dict())
+        resumed.check(8, {"filter/kept_ratio": 0.1})
+    assert fired == [0, 1, 1, 1, 0, 1, 1] and am.counts["warning"] == 5
+    warnings = [e for e in logs if e["log_level"] == "warning"]
+    assert [e["step"] for e in warnings] == [2, 6]
+    cleared = [e for e in logs if "cleared" in e["event"]]
+    assert len(cleared) == 1 and "steps 2-4" in cleared[0]["event"]

@@ -10,6 +10,9 @@ A threshold alert fires on a step whose metric is ``less`` / ``greater`` than ``
 A trend alert fires when the least-squares slope (per step) of the metric's last ``window``
 values is below ``min_slope`` or above ``max_slope``; it needs ``window`` values first.
 A metric missing from a step is skipped for that step (a trend keeps its earlier values).
+Every firing step is counted (``alerts/*`` metrics, the run-end summary), but an alert is logged
+when its condition starts to hold, not again on each following step while it holds; when it
+stops holding, one info line says on which steps it held.
 The monitor's ``on_step_end`` runs last (``trylast``), so alerts see every metric of the step:
 the engine's, the filters', what plugins returned from ``on_batch_sampled`` /
 ``on_rewards_computed`` and from their own ``on_step_end`` (e.g. ``source/<name>/...``).
@@ -215,6 +218,7 @@ class AlertManager:
         self.last_step: dict[str, int] = {}
         self.resolved: dict[int, str] = {}  # spec index -> the logged key it watches
         self.keys_seen: set[str] = set()  # every metric key seen, for the did-you-mean
+        self._streaks: dict[int, tuple[int, int]] = {}  # spec index -> (first, last) step of its current firing
 
     # -- resumable state: trend windows and run-wide counts, so a resumed run alerts as an uninterrupted one
     @staticmethod
@@ -230,6 +234,7 @@ class AlertManager:
             "first_step": dict(self.first_step),
             "last_step": dict(self.last_step),
             "resolved": {self.specs[i].metric: k for i, k in self.resolved.items()},
+            "streaks": {str(i): list(v) for i, v in self._streaks.items()},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -245,6 +250,8 @@ class AlertManager:
         self.last_step = {k: int(v) for k, v in state.get("last_step", {}).items()}
         resolved = state.get("resolved", {})
         self.resolved = {i: resolved[s.metric] for i, s in enumerate(self.specs) if s.metric in resolved}
+        self._streaks = {int(i): (int(v[0]), int(v[1])) for i, v in state.get("streaks", {}).items()
+                         if int(i) < len(self.specs)}
 
     def check(self, step: int, metrics: Mapping[str, float]) -> list[Alert]:
         self.keys_seen.update(metrics)
@@ -265,9 +272,29 @@ class AlertManager:
                 alert = self._trend(step, i, spec, name, value)
             if alert is not None:
                 fired.append(alert)
+                self._log_streak(i, alert)
+            else:
+                self._end_streak(i, step)
         for a in fired:
             self._record(a)
         return fired
+
+    def _log_streak(self, i: int, a: Alert) -> None:
+        """Log an alert when its condition starts to hold; while it keeps holding, every step is still
+        counted and kept in the history, but not logged again (no warning per step for hours)."""
+        start = self._streaks.get(i)
+        if start is None or start[1] != a.step - 1:
+            self._streaks[i] = (a.step, a.step)
+            if self.log_alerts:
+                log_alert(a)
+        else:
+            self._streaks[i] = (start[0], a.step)
+
+    def _end_streak(self, i: int, step: int) -> None:
+        streak = self._streaks.pop(i, None)
+        if streak is not None and self.log_alerts and streak[1] > streak[0]:
+            log.info(f"reward alert cleared: {self.specs[i].metric} held on steps {streak[0]}-{streak[1]}",
+                     metric=self.specs[i].metric, step=step)
 
     def _resolve(self, i: int, spec: AlertSpec, metrics: Mapping[str, Any]) -> str | None:
         known = self.resolved.get(i)
@@ -319,8 +346,6 @@ class AlertManager:
         self.by_metric[a.metric] += 1
         self.first_step.setdefault(a.metric, a.step)
         self.last_step[a.metric] = a.step
-        if self.log_alerts:
-            log_alert(a)
 
     @staticmethod
     def step_metrics(fired: list[Alert], counts: Counter[str]) -> dict[str, float]:
