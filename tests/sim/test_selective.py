@@ -145,3 +145,25 @@ def test_compare_selective_generates_less_to_reach_the_target(tmp_path):
     chart = Path(result["generation_chart"])
     assert chart.name == "generated_vs_accuracy.png" and chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "compare" / "comparison.json").read_text())["runs"][1]["generated_to_target"] == selective["generated_to_target"]
+
+
+def test_cli_compare_prints_generated_to_target_as_the_metrics_curve_says(tmp_path, capsys):
+    """`rlhooks simulate --compare dapo.yaml selective.yaml`: the printed `generated to` row and
+    comparison.json's generated_to_target are the trajectories generated up to the first step whose
+    logged sim/accuracy/mean reached the target (read back from each run's metrics.jsonl)."""
+    from rlhooks.cli import main
+    from rlhooks.core.records import read_records
+
+    rc = main(["simulate", "--compare", str(EXAMPLES / "dapo.yaml"), str(EXAMPLES / "selective.yaml"),
+               "--steps", "16", "--set", "simulate.rows_per_source=300", "--target-accuracy", "0.5",
+               "--out", str(tmp_path), "--no-progress", "--no-report"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    runs = json.loads((tmp_path / "compare" / "comparison.json").read_text())["runs"]
+    row = next(line for line in out.splitlines() if line.startswith("| generated to 0.50: mean"))
+    assert [c.strip() for c in row.strip("|").split("|")[1:]] == [f"{r['generated_to_target']:,}" for r in runs]
+    for r in runs:
+        metrics = [rec["metrics"] for _, rec in read_records(Path(r["run_dir"]) / "metrics.jsonl") if rec and rec.get("kind") == "metrics"]
+        first = next(m for m in metrics if m["sim/accuracy/mean"] >= 0.5)
+        assert r["generated_to_target"] == first["sim/generated_trajectories"] < metrics[-1]["sim/generated_trajectories"]
+        assert json.loads((Path(r["run_dir"]) / "summary.json").read_text())["generated_to_target"] == r["generated_to_target"]
