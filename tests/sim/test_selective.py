@@ -167,3 +167,23 @@ def test_cli_compare_prints_generated_to_target_as_the_metrics_curve_says(tmp_pa
         first = next(m for m in metrics if m["sim/accuracy/mean"] >= 0.5)
         assert r["generated_to_target"] == first["sim/generated_trajectories"] < metrics[-1]["sim/generated_trajectories"]
         assert json.loads((Path(r["run_dir"]) / "summary.json").read_text())["generated_to_target"] == r["generated_to_target"]
+
+
+def test_readme_comparison_says_which_target_it_uses_and_the_default():
+    """The README's selective comparison uses the example configs' target, says it is not the
+    simulator's default and gives the figures at the default too."""
+    import yaml
+
+    from rlhooks.engines.sim.engine import SimOptions
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### What it buys in the simulator"):readme.index("## Logging backends")]
+    targets = {yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())["simulate"]["target_accuracy"]
+               for name in ("dapo", "dapo_adaptive", "selective", "learnability")}
+    default = SimOptions().target_accuracy
+    assert len(targets) == 1
+    used = targets.pop()
+    assert f"target mean accuracy {used:.2f}" in section
+    if used != default:
+        assert f"`simulate.target_accuracy` defaults to {default}" in section
+        assert f"generated to {default:.2f}: mean" in section and f"--target-accuracy {default}" in section
