@@ -187,3 +187,11 @@ def test_readme_comparison_says_which_target_it_uses_and_the_default():
     if used != default:
         assert f"`simulate.target_accuracy` defaults to {default}" in section
         assert f"generated to {default:.2f}: mean" in section and f"--target-accuracy {default}" in section
+
+
+def test_readme_adaptive_sizing_matches_adaptive_size():
+    """The README's adaptive rule and its stated floor are what adaptive_size computes."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert "`ceil(groups still needed / kept ratio so far × 1.25)`" in readme and "`gen_batch_size / 6`" in readme
+    assert adaptive_size(384, needed_groups=10, kept_groups=300, generated_groups=384) == 64  # floor 384 / 6
+    assert adaptive_size(384, needed_groups=90, kept_groups=100, generated_groups=300) == 338  # ceil(90 / (1/3) * 1.25)
