@@ -415,6 +415,44 @@ class PromptFilterContract(ComponentContract):
         b = self._select(instantiate(component, options), lambda: prompt_filter_batch(48, seed=7))
         assert np.array_equal(a, b), "select() gave different masks for identical prompt batches"
 
+    def test_prompt_filter_state_round_trip_after_feedback(self, component: Any, options: Any,
+                                                           sampler_data: DatasetColumns,
+                                                           prompt_filter_batch: BatchFactory) -> None:
+        """A stateful prompt filter fed a few steps (judge prompts, see their rewards, end the step),
+        saved with state_dict() and loaded into a fresh instance through pickle (as a checkpoint),
+        judges the next steps' prompts and adjusts exactly like the uninterrupted one."""
+        uninterrupted = instantiate(component, options)
+        if not callable(getattr(uninterrupted, "state_dict", None)):
+            pytest.skip(f"{describe(uninterrupted)} keeps no state (no state_dict())")
+
+        def steps(plugin: Any, numbers: range) -> list[np.ndarray]:
+            h = PluginHarness(plugin)
+            masks = []
+            try:
+                for step in numbers:
+                    masks.append(self._select(plugin, lambda step=step: prompt_filter_batch(48, seed=step, step=step)))
+                    prompts = make_prompt_batch(24, dataset=sampler_data, indices=np.arange(24) * 5 % len(sampler_data),
+                                                seed=step, step=step, lazy_text=False)
+                    trajectories = make_trajectory_batch(group_size=4, prompts=prompts, seed=step, step=step,
+                                                         uniform_groups=6 + step % 12)
+                    check_metrics_result(h.call("on_rewards_computed", step=step, batch=trajectories), describe(plugin))
+                    check_metrics_result(h.call("on_step_end", step=step, batch=trajectories, metrics={}), describe(plugin))
+            finally:
+                h.pm.unregister(name=checks.PLUGIN_NAME)
+            return masks
+
+        steps(uninterrupted, range(1, 5))
+        state = uninterrupted.state_dict()
+        resumed = instantiate(component, options)
+        resumed.load_state_dict(pickle.loads(pickle.dumps(state)))
+        expected, got = steps(uninterrupted, range(5, 9)), steps(resumed, range(5, 9))
+        assert all(np.array_equal(a, b) for a, b in zip(expected, got)), (
+            f"{describe(resumed)} loaded from state_dict() judges later prompts differently from the uninterrupted one"
+        )
+        assert pickle.dumps(resumed.state_dict()) == pickle.dumps(uninterrupted.state_dict()), (
+            f"{describe(resumed)}: after the same later steps, the resumed filter's state_dict() differs"
+        )
+
 
 #: (response, target) pairs a reward function sees in practice
 TYPICAL_REWARD_CASES: tuple[tuple[str, str], ...] = (

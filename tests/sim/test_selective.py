@@ -145,3 +145,53 @@ def test_compare_selective_generates_less_to_reach_the_target(tmp_path):
     chart = Path(result["generation_chart"])
     assert chart.name == "generated_vs_accuracy.png" and chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "compare" / "comparison.json").read_text())["runs"][1]["generated_to_target"] == selective["generated_to_target"]
+
+
+def test_cli_compare_prints_generated_to_target_as_the_metrics_curve_says(tmp_path, capsys):
+    """`rlhooks simulate --compare dapo.yaml selective.yaml`: the printed `generated to` row and
+    comparison.json's generated_to_target are the trajectories generated up to the first step whose
+    logged sim/accuracy/mean reached the target (read back from each run's metrics.jsonl)."""
+    from rlhooks.cli import main
+    from rlhooks.core.records import read_records
+
+    rc = main(["simulate", "--compare", str(EXAMPLES / "dapo.yaml"), str(EXAMPLES / "selective.yaml"),
+               "--steps", "16", "--set", "simulate.rows_per_source=300", "--target-accuracy", "0.5",
+               "--out", str(tmp_path), "--no-progress", "--no-report"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    runs = json.loads((tmp_path / "compare" / "comparison.json").read_text())["runs"]
+    row = next(line for line in out.splitlines() if line.startswith("| generated to 0.50: mean"))
+    assert [c.strip() for c in row.strip("|").split("|")[1:]] == [f"{r['generated_to_target']:,}" for r in runs]
+    for r in runs:
+        metrics = [rec["metrics"] for _, rec in read_records(Path(r["run_dir"]) / "metrics.jsonl") if rec and rec.get("kind") == "metrics"]
+        first = next(m for m in metrics if m["sim/accuracy/mean"] >= 0.5)
+        assert r["generated_to_target"] == first["sim/generated_trajectories"] < metrics[-1]["sim/generated_trajectories"]
+        assert json.loads((Path(r["run_dir"]) / "summary.json").read_text())["generated_to_target"] == r["generated_to_target"]
+
+
+def test_readme_comparison_says_which_target_it_uses_and_the_default():
+    """The README's selective comparison uses the example configs' target, says it is not the
+    simulator's default and gives the figures at the default too."""
+    import yaml
+
+    from rlhooks.engines.sim.engine import SimOptions
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### What it buys in the simulator"):readme.index("## Logging backends")]
+    targets = {yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())["simulate"]["target_accuracy"]
+               for name in ("dapo", "dapo_adaptive", "selective", "learnability")}
+    default = SimOptions().target_accuracy
+    assert len(targets) == 1
+    used = targets.pop()
+    assert f"target mean accuracy {used:.2f}" in section
+    if used != default:
+        assert f"`simulate.target_accuracy` defaults to {default}" in section
+        assert f"generated to {default:.2f}: mean" in section and f"--target-accuracy {default}" in section
+
+
+def test_readme_adaptive_sizing_matches_adaptive_size():
+    """The README's adaptive rule and its stated floor are what adaptive_size computes."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert "`ceil(groups still needed / kept ratio so far × 1.25)`" in readme and "`gen_batch_size / 6`" in readme
+    assert adaptive_size(384, needed_groups=10, kept_groups=300, generated_groups=384) == 64  # floor 384 / 6
+    assert adaptive_size(384, needed_groups=90, kept_groups=100, generated_groups=300) == 338  # ceil(90 / (1/3) * 1.25)

@@ -234,6 +234,38 @@ def test_prompt_filters_run_before_generation_and_the_learning_state_is_checkpoi
     assert resumed.rl.learning.state_dict() == saved == learning.state_dict()
 
 
+@pytest.mark.parametrize("sampler", [{"name": "learnability", "level": "prompt", "floor": 0.2},
+                                     {"name": "dump_ucb", "window": 40, "temperature": 5.0}], ids=["learnability", "dump_ucb"])
+def test_resume_from_rlhooks_pt_with_prompt_filters_and_learning_samplers_equals_uninterrupted(tmp_path, data_file, tokenizer, sampler):
+    """verl resume: selective_rollout (self-tuning p), the pre-generation totals, the learning state and
+    a learning-driven sampler come back from rlhooks.pt; steps after the checkpoint draw, skip and log
+    exactly what the uninterrupted run did."""
+    conf = {**DAPO, "sampler": sampler, "prompt_filters": [
+        {"name": "selective_rollout", "p_easy": 0.3, "p_hard": 0.3, "adjust_step": 0.05, "seed": 3}]}
+    steering = ("prompt_filter/", "selective_rollout/", "sampler/", "learning/", "filter/", "train/num_gen_batches")
+
+    def steered(rec, step):
+        return {k: v for k, v in rec.logged[step].items() if k.startswith(steering) or k.endswith("/prompts_skipped")}
+
+    full = Recorder()
+    t_full = make_trainer(verl_config(data_file, tmp_path / "full", 8, conf, gen_bs=6), tokenizer, full)
+    t_full.fit()
+    first = Recorder()
+    make_trainer(verl_config(data_file, tmp_path / "resumed", 6, conf, gen_bs=6), tokenizer, first).fit()
+    second = Recorder()
+    t2 = make_trainer(verl_config(data_file, tmp_path / "resumed", 8, conf, gen_bs=6), tokenizer, second)
+    t2.fit()
+    assert t2.actor_rollout_wg.loaded == ["6"]
+    # selective_rollout's p moved before the checkpoint (on_step_end of step 6 included)
+    assert (first.logged[6]["selective_rollout/p_easy"], first.logged[6]["selective_rollout/p_hard"]) != (0.3, 0.3)
+    drawn = lambda rec: [(e[1], e[2], e[3]) for e in rec.of("on_batch_sampled") if e[1] in (7, 8)]
+    assert drawn(second) == drawn(full)
+    for step in (7, 8):
+        assert steered(second, step) == steered(full, step), step
+    assert second.logged[8]["prompt_filter/skipped_total"] == full.logged[8]["prompt_filter/skipped_total"] > 0
+    assert t2.rl.state_dict() == t_full.rl.state_dict()
+
+
 def test_kl_in_reward_is_applied_before_the_filters_like_the_dapo_recipe(tmp_path, data_file, tokenizer):
     """use_kl_in_reward + seq_final_reward: the penalty is in the metric the filter reads (no PluginError)."""
     beta = 0.5

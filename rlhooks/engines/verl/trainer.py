@@ -201,6 +201,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         )
         self.global_steps = 0
         self._epoch = 0
+        self._saved_folder: str | None = None
         self._load_checkpoint()
         self.checkpoint_manager.update_weights(self.global_steps)
         self._policy_version = self.global_steps  # the resumed step's weights (0 from scratch)
@@ -277,6 +278,9 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 # 3. rlhooks: on_step_end -> merged metrics to rlhooks backends (+ tables); verl logs the same
                 trained = _trained_batch(collected.batch, batch) if batch is not None else collected.batch
                 merged = self.driver.finish_step(step, trained, metrics)
+                if self._saved_folder is not None:  # checkpointed this step: the state after on_step_end
+                    self._write_rlhooks_state(self._saved_folder)
+                    self._saved_folder = None
                 logger.log(data=merged, step=step)
 
                 progress_bar.update(1)
@@ -487,7 +491,16 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         super()._save_checkpoint()  # data.pt holds the dataloader state, the sampler's included
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         os.makedirs(folder, exist_ok=True)
-        torch.save({"components": self.rl.state_dict(), "epoch": self._epoch}, os.path.join(folder, STATE_FILE))
+        # verl saves mid-step, before on_step_end; fit() rewrites the file once the step has ended
+        # (plugins that adjust in on_step_end, e.g. selective_rollout's p), this one covers a crash between.
+        self._write_rlhooks_state(folder)
+        self._saved_folder = folder
+
+    def _write_rlhooks_state(self, folder: str) -> None:
+        path = os.path.join(folder, STATE_FILE)
+        tmp = path + ".tmp"
+        torch.save({"components": self.rl.state_dict(), "epoch": self._epoch}, tmp)
+        os.replace(tmp, path)
 
     def _load_checkpoint(self):
         out = super()._load_checkpoint()
