@@ -163,3 +163,25 @@ def test_verl_experiment_name_becomes_a_safe_run_name() -> None:
     cfg = OmegaConf.create({"trainer": {"experiment_name": "team/qwen-7b"}, "data": {"train_batch_size": 4},
                             "actor_rollout_ref": {"rollout": {"n": 2}}})
     assert rlhooks_config(cfg).run.name == "team-qwen-7b"
+
+
+def test_comparison_in_progress_is_locked_so_another_cannot_replace_its_runs(tmp_path: Path) -> None:
+    # A second `--compare` into the same --out would replace the first's finished runs and data mid-way.
+    from rlhooks.engines.sim.compare import compare
+
+    configs = []
+    for stem in ("a", "b"):
+        (tmp_path / f"{stem}.yaml").write_text("backends: [jsonl]\n")
+        configs.append(tmp_path / f"{stem}.yaml")
+    root = tmp_path / "out" / "compare"
+    holder = _hold_lock(root)
+    try:
+        with pytest.raises(RunDirError, match=f"in use by another run \\(pid {holder.pid}"):
+            compare(configs, FAST, out=tmp_path / "out", report=False)
+        assert sorted(p.name for p in root.iterdir()) == [LOCK_FILE]  # nothing written, nothing replaced
+    finally:
+        holder.kill()
+        holder.wait()
+    result = compare(configs, FAST, out=tmp_path / "out", report=False)
+    assert [r["status"] for r in result["runs"]] == ["success", "success"]
+    assert json.loads((root / "comparison.json").read_text())["seed"] == result["seed"]

@@ -91,7 +91,11 @@ def try_report(run_dirs: list[Path], out: Path) -> str | None:
     except ImportError as exc:  # matplotlib is the optional 'report' extra
         log.warning("no report: matplotlib is not installed (pip install 'rlhooks[report]')", error=str(exc))
         return None
-    return str(write_report(run_dirs, out))
+    try:
+        return str(write_report(run_dirs, out))
+    except RLHooksError as exc:  # e.g. no jsonl backend, or it lost its file: the run's own files come first
+        log.warning(f"no report: {exc}")
+        return None
 
 
 def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str, Any]:
