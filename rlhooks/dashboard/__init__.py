@@ -2,7 +2,7 @@
 
     rlhooks dashboard runs/demo [runs/other ...] [--host 127.0.0.1] [--port 8501]
 
-A Streamlit app (the ``dashboard`` extra: ``pip install 'rlhooks[dashboard]'``) with Plotly charts.
+A Streamlit app (the ``dashboard`` extra: ``pip install -e '.[dashboard]'`` in the clone) with Plotly charts.
 It tails each run's JSONL file (``data.RunTail``: only new complete lines are parsed on each
 refresh), so it follows a run while it is being written, and overlays several runs in every
 chart. Panels: overview; reward functions and contributions; quality; training dynamics;

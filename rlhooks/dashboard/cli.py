@@ -17,7 +17,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "dashboard", help="live web dashboard over runs' metrics.jsonl",
         description="Serve an interactive page over the runs' metrics.jsonl (live while they write; several runs "
-                    "overlay). Needs the dashboard extra: pip install 'rlhooks[dashboard]'. From another machine: "
+                    "overlay). Needs the dashboard extra: pip install -e '.[dashboard]' in the rlhooks clone. "
+                    "From another machine: "
                     f"ssh -L {DEFAULT_PORT}:127.0.0.1:{DEFAULT_PORT} HOST, then open http://127.0.0.1:{DEFAULT_PORT}.",
     )
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (or metrics.jsonl files)")
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise RLHooksError(
             f"rlhooks dashboard needs the dashboard extra ({exc.name} is not installed): "
-            f"pip install 'rlhooks[dashboard]'"
+            f"pip install -e '.[dashboard]' in the rlhooks clone"
         ) from None
     from rlhooks.dashboard.data import DashboardError, find_metrics_file
 

@@ -89,7 +89,7 @@ def try_report(run_dirs: list[Path], out: Path) -> str | None:
     try:
         from rlhooks.report import write_report
     except ImportError as exc:  # matplotlib is the optional 'report' extra
-        log.warning("no report: matplotlib is not installed (pip install 'rlhooks[report]')", error=str(exc))
+        log.warning("no report: matplotlib is not installed (the 'report' extra: pip install -e '.[report]' in the rlhooks clone)", error=str(exc))
         return None
     try:
         return str(write_report(run_dirs, out))
