@@ -185,3 +185,22 @@ def test_comparison_in_progress_is_locked_so_another_cannot_replace_its_runs(tmp
     result = compare(configs, FAST, out=tmp_path / "out", report=False)
     assert [r["status"] for r in result["runs"]] == ["success", "success"]
     assert json.loads((root / "comparison.json").read_text())["seed"] == result["seed"]
+
+
+def test_older_versions_run_is_replaced_only_if_it_holds_just_what_such_a_run_writes(tmp_path: Path) -> None:
+    # An older version's marker is plain text and lists nothing: a file a user added there, or a run
+    # that never wrote summary.json (killed), must not be deleted by a rerun.
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / MARKER_FILE).write_text("made by rlhooks simulate; rerunning the same name replaces this directory\n")
+    (run_dir / "metrics.jsonl").write_text("{}\n")
+    (run_dir / "notes.txt").write_text("mine\n")
+    with pytest.raises(RunDirError, match="holds 'notes.txt'"):
+        _sim(tmp_path)
+    (run_dir / "notes.txt").unlink()
+    with pytest.raises(RunDirError, match="without summary.json"):
+        _sim(tmp_path)
+    assert (run_dir / "metrics.jsonl").read_text() == "{}\n"  # nothing deleted
+    (run_dir / "summary.json").write_text("{}\n")
+    assert _sim(tmp_path)["status"] == "success"  # a finished older run: replaced
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "success"
