@@ -29,7 +29,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         from rlhooks.report import write_report
     except ImportError as exc:
-        raise RLHooksError(f"rlhooks report needs matplotlib ({exc}); install it: pip install 'rlhooks[report]'") from None
+        raise RLHooksError(f"rlhooks report needs matplotlib ({exc}); install the 'report' extra: pip install -e '.[report]' in the rlhooks clone") from None
     dirs = [Path(d) for d in args.run_dirs]
     out = Path(args.out) if args.out else (dirs[0] / "report" if len(dirs) == 1 else Path("report"))
     page = write_report(dirs, out)

@@ -191,7 +191,7 @@ def complexity_scores(col: pa.Array | pa.ChunkedArray, origin: str) -> np.ndarra
         every = np.logical_or.reduce(list(bad.values()))
         parts = ", ".join(f"{int(m.sum())} {k}" for k, m in bad.items())
         log.warning(
-            f"{origin}: {int(every.sum())} rows have a {COMPLEXITY_FIELD} that is not a usable number ({parts}; "
+            f"{origin}: {int(every.sum())} rows have an {COMPLEXITY_FIELD} that is not a usable number ({parts}; "
             f"first at row {int(np.flatnonzero(every)[0])}); they are treated like rows without a score"
         )
         values = np.where(every, np.nan, values)

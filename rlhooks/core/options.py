@@ -52,12 +52,22 @@ def build_options(options_cls: type, data: Mapping[str, Any] | None, *, path: st
     return built
 
 
+#: a larger queue is an unbounded one in practice: a slow backend would hold the run's calls in memory
+MAX_QUEUE_SIZE = 1_000_000
+
+
+def _queue_size(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
+    positive(_inst, attr, value)
+    if value > MAX_QUEUE_SIZE:
+        raise ValueError(f"must be at most {MAX_QUEUE_SIZE:,}, got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class DispatchOptions:
     """Queue options of a backend (see rlhooks/core/dispatch.py); the built-in backends have them."""
 
     #: calls the backend may have queued before the training thread waits for it
-    queue_size: int = attrs.field(default=DEFAULT_QUEUE_SIZE, validator=positive)
+    queue_size: int = attrs.field(default=DEFAULT_QUEUE_SIZE, validator=_queue_size)
     #: at on_run_end, how long to wait for the queue to drain before declaring the backend hung
     flush_timeout_s: float = attrs.field(default=DEFAULT_FLUSH_TIMEOUT_S, validator=positive)
     #: how long the training thread waits on a full queue before declaring the backend hung

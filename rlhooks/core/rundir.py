@@ -49,6 +49,9 @@ log = structlog.get_logger("rlhooks.rundir")
 LOCK_FILE = ".rlhooks.lock"
 #: marks a directory made by a command that replaces it on a rerun (the name older versions used)
 MARKER_FILE = ".rlhooks-simulate"
+#: what an older version's `rlhooks simulate` run (a plain-text marker, no list) wrote with default paths
+LEGACY_ENTRIES = frozenset({"config.yaml", "data.parquet", "metrics.jsonl", "report", "reward_monitor.json",
+                            "summary.json", "tensorboard", "wandb"})
 #: files rlhooks keeps in a run directory for itself (not run output)
 BOOKKEEPING = frozenset({LOCK_FILE, MARKER_FILE})
 
@@ -278,8 +281,14 @@ def _clear_finished_run(path: Path, command: str) -> None:
             f"run directory {path} exists and was not made by '{command}'; {hint} "
             f"(rlhooks never deletes a directory it did not create)"
         )
-    if marker.get("legacy"):
-        listed = [n for n in present if n != MARKER_FILE]  # an older version's run: it made all of it
+    if marker.get("legacy"):  # an older version's run: no list of what it wrote, nor whether it finished
+        listed = [n for n in present if n != MARKER_FILE]
+        foreign = [n for n in listed if n not in LEGACY_ENTRIES]
+        if foreign or "summary.json" not in listed:
+            why = (f"holds {', '.join(repr(n) for n in foreign[:5])}{' ...' if len(foreign) > 5 else ''}, which "
+                   f"an older rlhooks simulate run does not write by default" if foreign
+                   else "holds an older rlhooks simulate run without summary.json (it did not finish)")
+            raise RunDirError(f"run directory {path} {why}, so nothing is replaced; {hint}")
     else:
         if marker.get("finished") is None:
             raise RunDirError(

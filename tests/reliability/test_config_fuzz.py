@@ -171,6 +171,8 @@ HOSTILE = {
     "huge float": ("backends: [{name: jsonl, max_wait_s: 1e400}]\n", "backends[0].max_wait_s", "finite"),
     "huge int float": (f"rewards: [{{name: format_exact, weight: {10**400}}}]\n", "rewards[0].weight", "float range"),
     "negative seed": ("run: {seed: -1}\n", "run.seed", "between 0 and"),
+    "absurd queue": ("backends: [{name: jsonl, queue_size: 1000000000000}]\n", "backends[0].queue_size",
+                     "at most 1,000,000"),
     "absurd n": ("run: {n: 1000000000}\n", "run.n", "between 1 and"),
     "absurd batch": ("run: {gen_batch_size: 100000, n: 1000}\n", "run", "trajectories per generation batch"),
     "empty name": ("run: {name: ''}\n", "run.name", "must not be empty"),

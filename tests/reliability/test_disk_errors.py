@@ -69,3 +69,39 @@ def test_full_disk_never_ends_in_success_or_empty_files(tiny_tmpfs: Path, tmp_pa
         if (run_dir / name).exists():
             json.loads((run_dir / name).read_text())
     assert not [p for p in run_dir.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_lost_jsonl_with_the_report_on_still_writes_the_summary_and_names_the_loss(tmp_path: Path) -> None:
+    # The report reads metrics.jsonl; when that backend lost its file the report is skipped with a
+    # warning, and the run's own end (summary.json, the lost-data error) is what the user sees.
+    cmd = [sys.executable, "-m", "rlhooks.cli", "simulate", "--out", str(tmp_path), "--no-progress", "--steps", "2",
+           *[a for kv in FAST for a in ("--set", kv)], "--set", "backends[1].path=/dev/full"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "no report:" in proc.stderr and "no metrics.jsonl" in proc.stderr
+    assert "error: the run ended with status 'failed'" in proc.stderr and "jsonl (backends[1]):" in proc.stderr
+    assert json.loads((tmp_path / "demo" / "summary.json").read_text())["status"] == "failed"
+
+
+def test_run_without_a_jsonl_backend_is_a_success_without_a_report(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text("run: {name: nj}\nbackends: [console]\n")
+    cmd = [sys.executable, "-m", "rlhooks.cli", "simulate", str(tmp_path / "c.yaml"), "--out", str(tmp_path),
+           "--no-progress", "--steps", "2", *[a for kv in FAST for a in ("--set", kv)]]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert "no report:" in proc.stderr and "add 'jsonl'" in proc.stderr
+    summary = json.loads((tmp_path / "nj" / "summary.json").read_text())
+    assert summary["status"] == "success" and summary["report"] is None
+
+
+def test_compare_over_a_run_that_lost_data_exits_1_naming_it(tmp_path: Path) -> None:
+    for stem, path in (("ok", "metrics.jsonl"), ("full", "/dev/full")):
+        (tmp_path / f"{stem}.yaml").write_text(f"backends: [{{name: jsonl, path: {path}}}]\n")
+    cmd = [sys.executable, "-m", "rlhooks.cli", "simulate", "--compare", str(tmp_path / "ok.yaml"),
+           str(tmp_path / "full.yaml"), "--out", str(tmp_path), "--no-progress", "--no-report", "--steps", "2",
+           *[a for kv in FAST for a in ("--set", kv)]]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "error: the run 'full' ended with status 'failed'" in proc.stderr
+    assert "run 'ok'" not in proc.stderr

@@ -126,3 +126,16 @@ def test_verl_adapter_columns_check_types_too(tmp_path: Path) -> None:
     assert np.isnan(good.complexity[1]) and np.isfinite(np.delete(good.complexity, 1)).all()
     with pytest.raises(DataError, match="has no rows"):
         dataset_columns(Holder(pa.table({k: v.slice(0, 0) for k, v in _base().items()})))
+
+
+def test_curriculum_over_unusable_scores_says_why_not_just_missing(tmp_path: Path) -> None:
+    # A float32-overflowing score is present in the file: "has no complexity_score" alone would mislead.
+    from rlhooks.plugins.samplers.curriculum import TimeCurriculumSampler
+
+    path = _write(tmp_path, _with_complexity(_base(), [1e39] * 6))
+    data = DatasetColumns.from_parquet(path)
+    with pytest.raises(DataError) as err:
+        TimeCurriculumSampler({"complexity_source": "chain"}, data, batch_size=2, seed=0)
+    msg = str(err.value)
+    assert "2 of 2 rows of curriculum source 'chain'" in msg and str(path) in msg
+    assert "no usable extra_info.complexity_score (first at row 4): missing, NaN, infinite or beyond the float32" in msg

@@ -164,3 +164,44 @@ def test_verl_experiment_name_becomes_a_safe_run_name() -> None:
     cfg = OmegaConf.create({"trainer": {"experiment_name": "team/qwen-7b"}, "data": {"train_batch_size": 4},
                             "actor_rollout_ref": {"rollout": {"n": 2}}})
     assert rlhooks_config(cfg).run.name == "team-qwen-7b"
+
+
+def test_comparison_in_progress_is_locked_so_another_cannot_replace_its_runs(tmp_path: Path) -> None:
+    # A second `--compare` into the same --out would replace the first's finished runs and data mid-way.
+    from rlhooks.engines.sim.compare import compare
+
+    configs = []
+    for stem in ("a", "b"):
+        (tmp_path / f"{stem}.yaml").write_text("backends: [jsonl]\n")
+        configs.append(tmp_path / f"{stem}.yaml")
+    root = tmp_path / "out" / "compare"
+    holder = _hold_lock(root)
+    try:
+        with pytest.raises(RunDirError, match=f"in use by another run \\(pid {holder.pid}"):
+            compare(configs, FAST, out=tmp_path / "out", report=False)
+        assert sorted(p.name for p in root.iterdir()) == [LOCK_FILE]  # nothing written, nothing replaced
+    finally:
+        holder.kill()
+        holder.wait()
+    result = compare(configs, FAST, out=tmp_path / "out", report=False)
+    assert [r["status"] for r in result["runs"]] == ["success", "success"]
+    assert json.loads((root / "comparison.json").read_text())["seed"] == result["seed"]
+
+
+def test_older_versions_run_is_replaced_only_if_it_holds_just_what_such_a_run_writes(tmp_path: Path) -> None:
+    # An older version's marker is plain text and lists nothing: a file a user added there, or a run
+    # that never wrote summary.json (killed), must not be deleted by a rerun.
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / MARKER_FILE).write_text("made by rlhooks simulate; rerunning the same name replaces this directory\n")
+    (run_dir / "metrics.jsonl").write_text("{}\n")
+    (run_dir / "notes.txt").write_text("mine\n")
+    with pytest.raises(RunDirError, match="holds 'notes.txt'"):
+        _sim(tmp_path)
+    (run_dir / "notes.txt").unlink()
+    with pytest.raises(RunDirError, match="without summary.json"):
+        _sim(tmp_path)
+    assert (run_dir / "metrics.jsonl").read_text() == "{}\n"  # nothing deleted
+    (run_dir / "summary.json").write_text("{}\n")
+    assert _sim(tmp_path)["status"] == "success"  # a finished older run: replaced
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "success"

@@ -71,17 +71,24 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         result = compare(args.compare, _overrides(args), data=args.data, progress=not args.no_progress,
                          report=not args.no_report, out=args.out)
         print(format_comparison(result))
-        return 0
+        failed = [r for r in result["runs"] if r["status"] != "success"]
+        for r in failed:  # a comparison over a run that lost data is not a success either
+            _print_failure(r, f"run {r['name']!r} ")
+        return 1 if failed else 0
     summary = simulate_run(args.config, _overrides(args), data=args.data, progress=not args.no_progress,
                            report=not args.no_report)
     print(format_summary(summary))
     if summary["status"] != "success":
-        print(f"error: the run ended with status {summary['status']!r}", file=sys.stderr)
-        for label, info in summary["plugin_failures"].items():
-            print(f"  - {label}: {info['failures']} failure(s), {info['dropped']} call(s) not delivered"
-                  + (", disabled" if info["disabled"] else ""), file=sys.stderr)
+        _print_failure(summary)
         return 1
     return 0
+
+
+def _print_failure(summary: dict, which: str = "run ") -> None:
+    print(f"error: the {which}ended with status {summary['status']!r}", file=sys.stderr)
+    for label, info in summary["plugin_failures"].items():
+        print(f"  - {label}: {info['failures']} failure(s), {info['dropped']} call(s) not delivered"
+              + (", disabled" if info["disabled"] else ""), file=sys.stderr)
 
 
 __all__ = ["add_parser", "simulate_run", "build_summary", "format_summary", "default_config_path"]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhooks.core.errors import RLHooksError
+from rlhooks.core.rundir import locked, write_atomic
 from rlhooks.engines.sim.runs import safe_name, simulate_run, try_report
 from rlhooks.engines.sim.data import write_dataset
 from rlhooks.engines.sim.engine import load_sim_config, sim_options
@@ -37,7 +38,15 @@ def compare(
         if not Path(c).exists():
             raise RLHooksError(f"config {c} does not exist")
     root = Path(out or "runs") / "compare"
-    root.mkdir(parents=True, exist_ok=True)
+    # one comparison at a time in a root: another would replace this one's finished runs and data
+    with locked(root, "rlhooks simulate --compare"):
+        return _compare_in(root, configs, overrides, data=data, progress=progress, report=report)
+
+
+def _compare_in(
+    root: Path, configs: Sequence[str | Path], overrides: Sequence[str], *, data: str | Path | None,
+    progress: bool, report: bool,
+) -> dict[str, Any]:
     first = load_sim_config(configs[0], overrides=[o for o in overrides if o.startswith(("simulate.", "run.seed"))])
     if data is None:
         opts = sim_options(first)
@@ -58,8 +67,8 @@ def compare(
     if report:
         result["report"] = try_report([Path(s["run_dir"]) for s in summaries], root / "report")
     result["generation_chart"] = _try_generation_chart(summaries, root / "generated_vs_accuracy.png")
-    (root / "comparison.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-    (root / "comparison.md").write_text(format_comparison(result) + "\n")
+    write_atomic(root / "comparison.json", json.dumps(result, indent=2, default=str) + "\n")
+    write_atomic(root / "comparison.md", format_comparison(result) + "\n")
     return result
 
 
@@ -104,8 +113,12 @@ def generation_curves(run_dir: str | Path) -> tuple[list[float], list[float]]:
     """(cumulative generated trajectories, mean accuracy) per step, from a run's metrics.jsonl."""
     from rlhooks.core.records import read_records
 
-    xs, ys = [], []
-    for _, rec in read_records(Path(run_dir) / "metrics.jsonl"):
+    xs: list[float] = []
+    ys: list[float] = []
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():  # a run without a jsonl backend (or one that lost its file) has no curve
+        return xs, ys
+    for _, rec in read_records(path):
         m = (rec or {}).get("metrics") if (rec or {}).get("kind") == "metrics" else None
         if m and m.get("sim/generated_trajectories") is not None and m.get("sim/accuracy/mean") is not None:
             xs.append(float(m["sim/generated_trajectories"]))

@@ -89,13 +89,11 @@ def try_report(run_dirs: list[Path], out: Path) -> str | None:
     try:
         from rlhooks.report import write_report
     except ImportError as exc:  # matplotlib is the optional 'report' extra
-        log.warning("no report: matplotlib is not installed (pip install 'rlhooks[report]')", error=str(exc))
+        log.warning("no report: matplotlib is not installed (the 'report' extra: pip install -e '.[report]' in the rlhooks clone)", error=str(exc))
         return None
-    from rlhooks.report import ReportError
-
     try:
         return str(write_report(run_dirs, out))
-    except ReportError as exc:  # e.g. a config without the jsonl backend: the run itself is fine
+    except RLHooksError as exc:  # e.g. no jsonl backend, or it lost its file: the run's own files come first
         log.warning(f"no report: {exc}")
         return None
 

@@ -72,7 +72,7 @@ def check_verl_version(version: str | None = None) -> str:
     version = version if version is not None else installed_verl_version()
     if version is None:
         raise UnsupportedVerlError(
-            f"verl is not installed; rlhooks train needs verl {SUPPORTED}: pip install 'rlhooks[verl]'"
+            f"verl is not installed; rlhooks train needs verl {SUPPORTED}: pip install -e '.[verl]' in the rlhooks clone"
         )
     try:
         ok = Version(version) in SpecifierSet(SUPPORTED)
@@ -81,7 +81,7 @@ def check_verl_version(version: str | None = None) -> str:
     if not ok:
         message = (f"verl {version} is installed, but the rlhooks verl trainer supports verl {SUPPORTED} "
                    f"(it restates parts of verl's RayPPOTrainer.fit); install a supported verl "
-                   f"(pip install 'rlhooks[verl]'), or set {ALLOW_ENV}=1 to try this one at your own risk")
+                   f"(pip install -e '.[verl]' in the rlhooks clone), or set {ALLOW_ENV}=1 to try this one at your own risk")
         if os.environ.get(ALLOW_ENV, "").strip().lower() in ("1", "true", "yes"):
             import structlog
 

@@ -117,7 +117,8 @@ class _CurriculumMixin(MultiSourceSampler):
             first = int(rows[np.flatnonzero(bad)[0]])
             raise DataError(
                 f"{self.name}: {int(bad.sum())} of {len(rows)} rows of curriculum source {src!r} in {data.origin} "
-                f"have no extra_info.complexity_score (first at row {first}); give every row of that source a "
+                f"have no usable extra_info.complexity_score (first at row {first}): missing, NaN, infinite or beyond "
+                "the float32 range; give every row of that source a "
                 "finite complexity_score, or choose another complexity_source"
             )
         order = np.argsort(comp, kind="stable")
