@@ -35,6 +35,7 @@ from rlhooks.core.batch import (
     GroupIndex,
     RowLazy,
     factorize,
+    factorize_runs,
     run_starts,
 )
 from rlhooks.core.components import FilterDecision, NoOptions, RewardFunction
@@ -68,7 +69,7 @@ __all__ = [
     # hooks
     "hookimpl",
     # the batch, its standard column names and group helpers
-    "Batch", "BatchError", "GroupIndex", "RowLazy", "factorize", "run_starts",
+    "Batch", "BatchError", "GroupIndex", "RowLazy", "factorize", "factorize_runs", "run_starts",
     "UID", "INDEX", "DATA_SOURCE", "COMPLEXITY", "REWARD", "FINAL_REWARD", "ADVANTAGE", "PROMPT",
     "RESPONSE", "TARGET", "PROMPT_LENGTH", "RESPONSE_LENGTH", "REWARD_FN_PREFIX", "SAMPLE_ID", "POLICY_VERSION",
     # per-source metric keys (source/<name>/<metric>; names may contain '/')

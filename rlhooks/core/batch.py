@@ -11,6 +11,8 @@ numpy operations, so filters and metrics never loop over rows in Python.
 
 from __future__ import annotations
 
+import ctypes
+
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -310,11 +312,31 @@ class GroupIndex:
 
 
 def run_starts(labels: np.ndarray) -> np.ndarray:
-    """Row numbers where a run of equal labels begins (one vectorized comparison)."""
+    """Row numbers where a run of equal labels begins (one vectorized comparison).
+
+    Object arrays (strings): engines repeat a prompt's row object n times, so neighbours are mostly
+    the *same* object. Their addresses are compared first (integers); only where the object changes
+    are the values compared, since two distinct objects may still be equal. Comparing every pair of
+    strings was most of the cost of per-source metrics.
+    """
+    labels = np.asarray(labels)
+    if labels.dtype == object and labels.ndim == 1 and len(labels) > 1:
+        addr = _addresses(labels)
+        changed = np.flatnonzero(addr[1:] != addr[:-1])
+        differs = np.asarray(labels[changed + 1] != labels[changed], dtype=bool)
+        return np.concatenate(([0], changed[differs] + 1))
     boundary = np.empty(len(labels), dtype=bool)
     boundary[:1] = True
     np.not_equal(labels[1:], labels[:-1], out=boundary[1:])
     return np.flatnonzero(boundary)
+
+
+def _addresses(labels: np.ndarray) -> np.ndarray:
+    """The object pointers of a 1-D object array, as integers (numpy refuses an integer view of an
+    object array, so the pointer buffer is read through ctypes and copied while ``arr`` is alive)."""
+    arr = np.ascontiguousarray(labels)
+    pointers = (ctypes.c_ssize_t * len(arr)).from_address(arr.ctypes.data)
+    return np.frombuffer(pointers, dtype=np.intp).copy()
 
 
 def factorize(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -327,22 +349,64 @@ def factorize(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     unhashable labels and NaN (which is unequal to itself).
     """
     labels = np.asarray(labels)
+    names, starts, run_codes = factorize_runs(labels)
+    if starts is None:  # the sorting fallback already coded every row
+        return names, run_codes
+    return names, np.repeat(run_codes, np.diff(starts, append=len(labels)))  # cheaper than a cumsum
+
+
+def factorize_runs(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """``factorize`` by runs: (distinct labels, start row of each run of equal labels, code of each run).
+
+    For per-label sums, reduce each run first (``np.add.reduceat(values, starts)``) and then the
+    runs by code (``np.bincount(run_codes, ...)``): no code per row is ever built. When the labels
+    need the sorting fallback (NaN, unhashable), ``starts`` is None and the codes are per row.
+    """
+    labels = np.asarray(labels)
     n = len(labels)
     if n == 0:
-        return labels[:0], np.zeros(0, np.int64)
+        return labels[:0], np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if labels.dtype == object and labels.ndim == 1 and n > 1:
+        return _factorize_object_runs(labels)
     starts = run_starts(labels)
     heads = labels[starts]
-    if heads.dtype.kind in "fcO" and np.asarray(heads != heads, dtype=bool).any():  # NaN among the labels
-        return _factorize_sorted(labels)
+    if heads.dtype.kind in "fc" and np.isnan(heads).any():  # NaN is unequal to itself
+        names, codes = _factorize_sorted(labels)
+        return names, None, codes
     head_list = heads.tolist()
     try:
         code_of = {label: code for code, label in enumerate(dict.fromkeys(head_list))}
     except TypeError:  # unhashable labels
-        return _factorize_sorted(labels)
+        names, codes = _factorize_sorted(labels)
+        return names, None, codes
     head_codes = np.fromiter(map(code_of.__getitem__, head_list), dtype=np.int64, count=len(head_list))
     # codes are numbered in order of appearance: a code's first head is where the running max grows
     first_head = np.flatnonzero(np.diff(np.maximum.accumulate(head_codes), prepend=-1))
-    return heads[first_head], np.repeat(head_codes, np.diff(starts, append=n))  # cheaper than a cumsum over the boundaries
+    return heads[first_head], starts, head_codes
+
+
+def _factorize_object_runs(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """factorize_runs for object labels (strings): engines repeat a few label objects, so runs and
+    codes are found on the objects' addresses (integers), and only the few distinct objects are
+    hashed by value (two objects with one value get one code)."""
+    addr = _addresses(labels)
+    starts = np.concatenate(([0], np.flatnonzero(addr[1:] != addr[:-1]) + 1))
+    uniq, first, inverse = np.unique(addr[starts], return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # distinct objects in order of first appearance
+    objects = labels[starts[first[order]]].tolist()
+    try:
+        code_of = {label: code for code, label in enumerate(dict.fromkeys(objects))}
+    except TypeError:  # unhashable labels
+        names, codes = _factorize_sorted(labels)
+        return names, None, codes
+    if any(label != label for label in code_of):  # NaN is unequal to itself
+        names, codes = _factorize_sorted(labels)
+        return names, None, codes
+    code_by_object = np.empty(len(uniq), np.int64)
+    code_by_object[order] = [code_of[o] for o in objects]
+    names = np.empty(len(code_of), dtype=object)
+    names[:] = list(code_of)
+    return names, starts, code_by_object[inverse.ravel()]
 
 
 def _factorize_sorted(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

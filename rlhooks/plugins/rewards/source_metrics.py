@@ -17,7 +17,8 @@ On by default: ``run.source_metrics: true`` (the default) adds this plugin to ev
 ``run.source_metrics: false`` turns it off; listing it in ``rewards:`` sets its options.
 
 Means ignore NaN/inf values (the DAPO filter counts those); a source whose values are all
-non-finite gets no mean that step. Work per batch is one factorization of the source column
+non-finite gets no mean that step. Work per batch is one run-length factorization of the source column (runs summed with
+``np.add.reduceat``, then the runs by source)
 plus bincounts; the only Python loops are over the distinct sources.
 """
 
@@ -28,7 +29,7 @@ from typing import Any, Literal
 import attrs
 import numpy as np
 
-from rlhooks import DATA_SOURCE, REWARD, Batch, factorize, hookimpl
+from rlhooks import DATA_SOURCE, REWARD, Batch, factorize_runs, hookimpl
 
 ACC = "acc"
 
@@ -46,20 +47,28 @@ class SourceMetricsOptions:
 
 def source_sums(batch: Batch, source_column: str = DATA_SOURCE) -> dict[str, np.ndarray]:
     """Per-source sums for one batch: names, count, and (sum, finite count) of reward and acc."""
-    names, codes = factorize(batch[source_column])
+    names, starts, codes = factorize_runs(batch[source_column])
     k = len(names)
-    out: dict[str, np.ndarray] = {"names": names, "count": np.bincount(codes, minlength=k).astype(np.float64)}
+    if starts is None:  # codes per row (labels that needed the sorting fallback): every row is a run
+        starts = np.arange(len(codes))
+
+    def per_source(values: np.ndarray) -> np.ndarray:
+        # each run of one source summed first (a group's rows are contiguous), then the runs by source
+        return np.bincount(codes, weights=np.add.reduceat(values, starts), minlength=k) if len(starts) else np.zeros(k)
+
+    lengths = np.diff(starts, append=len(batch)).astype(np.float64)
+    out: dict[str, np.ndarray] = {"names": names, "count": np.bincount(codes, weights=lengths, minlength=k)}
     for col in (REWARD, ACC):
         if col not in batch:
             continue
         v = np.asarray(batch[col], dtype=np.float64)
         if np.isfinite(v.sum()):  # a finite sum means no NaN/inf: skip the masking passes
-            out[f"{col}_sum"] = np.bincount(codes, weights=v, minlength=k)
+            out[f"{col}_sum"] = per_source(v)
             out[f"{col}_n"] = out["count"]
         else:
             ok = np.isfinite(v)
-            out[f"{col}_sum"] = np.bincount(codes, weights=np.where(ok, v, 0.0), minlength=k)
-            out[f"{col}_n"] = np.bincount(codes, weights=ok, minlength=k)
+            out[f"{col}_sum"] = per_source(np.where(ok, v, 0.0))
+            out[f"{col}_n"] = per_source(ok.astype(np.float64))
     return out
 
 
@@ -74,22 +83,28 @@ class _Totals:
 
     def add(self, part: dict[str, np.ndarray]) -> None:
         names = [str(n) for n in part["names"].tolist()]
+        counts = part["count"].tolist()  # Python floats once, not a numpy scalar per source and key
+        columns = [(key, part[key].tolist()) for key in ("reward_sum", "reward_n", "acc_sum", "acc_n") if key in part]
         for i, name in enumerate(names):  # over distinct sources, not rows
-            self.count[name] = self.count.get(name, 0.0) + float(part["count"][i])
+            self.count[name] = self.count.get(name, 0.0) + counts[i]
             acc = self.sums.setdefault(name, {})
-            for key in ("reward_sum", "reward_n", "acc_sum", "acc_n"):
-                if key in part:
-                    acc[key] = acc.get(key, 0.0) + float(part[key][i])
+            for key, values in columns:
+                acc[key] = acc.get(key, 0.0) + values[i]
+
+
+_SUM_KEYS = tuple((col, f"{col}_sum", f"{col}_n") for col in (REWARD, ACC))
 
 
 def _emit(totals: _Totals, suffix: str, out: dict[str, float]) -> None:
+    empty: dict[str, float] = {}
     for name, count in totals.count.items():
-        out[f"source/{name}/{suffix}count"] = int(count)
-        sums = totals.sums.get(name, {})
-        for col in (REWARD, ACC):
-            n = sums.get(f"{col}_n", 0.0)
+        prefix = f"source/{name}/{suffix}"
+        out[prefix + "count"] = int(count)
+        sums = totals.sums.get(name, empty)
+        for col, sum_key, n_key in _SUM_KEYS:
+            n = sums.get(n_key, 0.0)
             if n > 0:
-                out[f"source/{name}/{suffix}{col}"] = sums[f"{col}_sum"] / n
+                out[prefix + col] = sums[sum_key] / n
 
 
 class SourceMetrics:
