@@ -72,3 +72,26 @@ def read_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any] | None]
         except json.JSONDecodeError:
             rec = None
         yield lineno, rec if isinstance(rec, dict) else None
+
+
+def find_metrics_file(run: str | Path, reader: str = "rlhooks") -> Path:
+    """``run`` itself if it is a file, else ``run/metrics.jsonl``, else the first one below ``run``.
+
+    ``reader`` names the command in the error (e.g. "the report"), which is a ``FileNotFoundError``.
+    """
+    p = Path(run)
+    if p.is_file():
+        return p
+    if not p.is_dir():
+        raise FileNotFoundError(f"{p}: no such run directory or metrics file (run directory {p} does not exist)")
+    f = p / METRICS_FILE
+    if f.exists():
+        return f
+    found = sorted(p.rglob(METRICS_FILE))
+    if found:
+        return found[0]
+    raise FileNotFoundError(
+        f"{p}: no {METRICS_FILE} here; {reader} reads what the 'jsonl' backend writes: "
+        f"add 'jsonl' to the run's backends: list"
+    )
+

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from rlhooks.core.metrics import split_source_key
-from rlhooks.core.records import METRICS_FILE
+from rlhooks.core import records
 #: run-end JSON files shown in the summary panel (reward monitor, simulator)
 SUMMARY_FILES = ("reward_monitor.json", "summary.json")
 ALERTS_TABLE = "alerts"
@@ -29,21 +29,10 @@ class DashboardError(ValueError):
 
 
 def find_metrics_file(run: str | Path) -> Path:
-    p = Path(run)
-    if p.is_file():
-        return p
-    if not p.is_dir():
-        raise DashboardError(f"{p}: no such run directory or metrics file")
-    f = p / METRICS_FILE
-    if f.exists():
-        return f
-    found = sorted(p.rglob(METRICS_FILE))
-    if found:
-        return found[0]
-    raise DashboardError(
-        f"{p}: no {METRICS_FILE} here; the dashboard reads what the 'jsonl' backend writes: "
-        f"add 'jsonl' to the run's backends: list"
-    )
+    try:
+        return records.find_metrics_file(run, reader="the dashboard")
+    except FileNotFoundError as exc:
+        raise DashboardError(str(exc)) from None
 
 
 def label_runs(tails: list["RunTail"]) -> None:

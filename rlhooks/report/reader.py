@@ -16,7 +16,8 @@ import numpy as np
 import structlog
 
 from rlhooks.core.errors import RLHooksError
-from rlhooks.core.records import METRICS_FILE, read_records
+from rlhooks.core import records
+from rlhooks.core.records import read_records
 
 log = structlog.get_logger("rlhooks.report")
 
@@ -58,21 +59,10 @@ class RunData:
 
 
 def find_metrics_file(run_dir: str | Path) -> Path:
-    p = Path(run_dir)
-    if p.is_file():
-        return p
-    if not p.exists():
-        raise ReportError(f"run directory {p} does not exist")
-    f = p / METRICS_FILE
-    if f.exists():
-        return f
-    found = sorted(p.rglob(METRICS_FILE))
-    if found:
-        return found[0]
-    raise ReportError(
-        f"{p}: no {METRICS_FILE} found; the report reads what the 'jsonl' backend writes, so add "
-        f"'jsonl' to the run's backends: list and run it again"
-    )
+    try:
+        return records.find_metrics_file(run_dir, reader="the report")
+    except FileNotFoundError as exc:
+        raise ReportError(str(exc)) from None
 
 
 def load_run(run_dir: str | Path) -> RunData:
