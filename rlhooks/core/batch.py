@@ -391,8 +391,11 @@ def _factorize_object_runs(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray |
     hashed by value (two objects with one value get one code)."""
     addr = _addresses(labels)
     starts = np.concatenate(([0], np.flatnonzero(addr[1:] != addr[:-1]) + 1))
-    uniq, first, inverse = np.unique(addr[starts], return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")  # distinct objects in order of first appearance
+    uniq, inverse = np.unique(addr[starts], return_inverse=True)
+    inverse = inverse.ravel()
+    first = np.full(len(uniq), len(starts))
+    np.minimum.at(first, inverse, np.arange(len(starts)))  # each object's first run
+    order = np.argsort(first)  # distinct objects in order of first appearance (firsts are distinct)
     objects = labels[starts[first[order]]].tolist()
     try:
         code_of = {label: code for code, label in enumerate(dict.fromkeys(objects))}
@@ -406,7 +409,7 @@ def _factorize_object_runs(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray |
     code_by_object[order] = [code_of[o] for o in objects]
     names = np.empty(len(code_of), dtype=object)
     names[:] = list(code_of)
-    return names, starts, code_by_object[inverse.ravel()]
+    return names, starts, code_by_object[inverse]
 
 
 def _factorize_sorted(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -92,6 +92,25 @@ class _Totals:
                 acc[key] = acc.get(key, 0.0) + values[i]
 
 
+def _emit_sums(part: dict[str, np.ndarray], suffix: str, out: dict[str, float]) -> list[str]:
+    """``_emit`` for the sums of one batch (``source_sums``), straight from its arrays; returns the names."""
+    names = [str(n) for n in part["names"].tolist()]
+    counts = part["count"].tolist()
+    means = []
+    for col in (REWARD, ACC):
+        if f"{col}_sum" in part:
+            n = part[f"{col}_n"]
+            has = n > 0
+            means.append((col, (part[f"{col}_sum"] / np.where(has, n, 1.0)).tolist(), has.tolist()))
+    for i, name in enumerate(names):
+        prefix = f"source/{name}/{suffix}"
+        out[prefix + "count"] = int(counts[i])
+        for col, mean, has in means:
+            if has[i]:
+                out[prefix + col] = mean[i]
+    return names
+
+
 _SUM_KEYS = tuple((col, f"{col}_sum", f"{col}_n") for col in (REWARD, ACC))
 
 
@@ -132,13 +151,12 @@ class SourceMetrics:
     @hookimpl
     def on_step_end(self, step: int, batch: Batch) -> dict[str, Any]:
         out: dict[str, float] = {}
-        trained = _Totals()
-        if len(batch) and not self._skip(batch):
-            trained.add(source_sums(batch, self.options.source_column))
+        trained: list[str] = []
+        if len(batch) and not self._skip(batch):  # one batch: emitted from its arrays, no running totals
+            trained = _emit_sums(source_sums(batch, self.options.source_column), "", out)
         generated = self._generated if self._step == step else _Totals()
-        for name in generated.count:  # sources generated but not trained show count 0
-            trained.count.setdefault(name, 0.0)
-        _emit(trained, "", out)
+        for name in generated.count.keys() - set(trained):  # generated but not trained: count 0
+            out[f"source/{name}/count"] = 0
         if self.options.generated:
             _emit(generated, "generated_", out)
         self._step, self._generated = None, _Totals()
