@@ -21,10 +21,10 @@ from rlhooks.engines.sim.data import write_dataset
 FAST = ["simulate.rows_per_source=40", "run.train_batch_size=8", "run.gen_batch_size=16", "run.n=4"]
 
 
-def _simulate(out: Path, *args: str, steps: int = 3) -> subprocess.CompletedProcess:
+def _simulate(out: Path, *args: str, steps: int = 3, cwd: Path | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "rlhooks.cli", "simulate", "--out", str(out), "--no-report", "--no-progress",
            "--steps", str(steps), *[a for kv in FAST for a in ("--set", kv)], *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=cwd)
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
@@ -58,8 +58,12 @@ def tiny_tmpfs(tmp_path: Path):
 
 def test_full_disk_never_ends_in_success_or_empty_files(tiny_tmpfs: Path, tmp_path: Path) -> None:
     data = write_dataset(tmp_path / "data.parquet", rows_per_source=40, seed=0)  # outside the full disk
-    proc = _simulate(tiny_tmpfs, "--data", str(data), steps=60)
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    proc = _simulate(tiny_tmpfs, "--data", str(data), steps=60, cwd=elsewhere)
     assert proc.returncode == 1
+    # a backend whose writer failed to start retries in the run directory, never in the working directory
+    assert list(elsewhere.iterdir()) == []
     assert "Traceback" not in proc.stderr and "run ended: success" not in proc.stdout
     assert "No space left on device" in proc.stderr
     run_dir = tiny_tmpfs / "demo"

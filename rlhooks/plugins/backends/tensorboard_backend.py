@@ -99,6 +99,10 @@ def markdown_table(rows: list[dict[str, Any]], limit: int) -> str:
     return "\n".join(lines)
 
 
+#: the SummaryWriter's event file names
+EVENT_FILES = "events.out.tfevents.*"
+
+
 class TensorBoardBackend:
     """Scalars, histograms and text tables in TensorBoard event files under ``<run_dir>/tensorboard``."""
 
@@ -123,6 +127,7 @@ class TensorBoardBackend:
         self.options = options if options is not None else self.Options()
         self.writer: Any = None
         self.log_dir: Path | None = None
+        self._existing: set[Path] = set()  # event files in log_dir before our writer started
         self._summary_cls: Any = None
 
     def _ensure_writer(self, run_dir: Path | None = None) -> Any:
@@ -135,12 +140,16 @@ class TensorBoardBackend:
                 self._summary_cls = Summary
             except ImportError:  # pragma: no cover - torch's writer needs tensorboard anyway
                 self._summary_cls = None
-            d = Path(self.options.log_dir)
-            if not d.is_absolute():
-                d = (run_dir if run_dir is not None else Path.cwd()) / d
-            d.mkdir(parents=True, exist_ok=True)
-            self.log_dir = d
-            self.writer = SummaryWriter(log_dir=str(d), max_queue=self.options.max_queue, flush_secs=self.options.flush_secs)
+            if self.log_dir is None or run_dir is not None:  # decided once per run, at on_run_start
+                d = Path(self.options.log_dir)
+                if not d.is_absolute():
+                    d = (run_dir if run_dir is not None else Path.cwd()) / d
+                d.mkdir(parents=True, exist_ok=True)
+                self.log_dir = d
+                self._existing = set(d.glob(EVENT_FILES))
+            # a writer that failed to start (a full disk) is retried in the same directory, never elsewhere
+            self.writer = SummaryWriter(log_dir=str(self.log_dir), max_queue=self.options.max_queue,
+                                        flush_secs=self.options.flush_secs)
         return self.writer
 
     @hookimpl
@@ -188,7 +197,22 @@ class TensorBoardBackend:
 
     @hookimpl
     def on_run_end(self, status: str) -> None:
-        if self.writer is not None:
-            self.writer.flush()
-            self.writer.close()
+        try:
+            if self.writer is not None:
+                self.writer.flush()
+                self.writer.close()
+        finally:
             self.writer = None
+            self._remove_empty_event_files()  # also when the writer failed in its constructor
+
+    def _remove_empty_event_files(self) -> None:
+        """An event file of ours that never got a byte (the disk filled before its header): removed,
+        so a run leaves no 0-byte file. Files that were there before this writer are not touched."""
+        if self.log_dir is None:
+            return
+        for f in set(self.log_dir.glob(EVENT_FILES)) - self._existing:
+            try:
+                if f.stat().st_size == 0:
+                    f.unlink()
+            except OSError:
+                pass
