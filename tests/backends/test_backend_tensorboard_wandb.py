@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ import rlhooks.host
 from rlhooks.core import dispatch
 from rlhooks.plugins.backends.tensorboard_backend import LAYOUT, TensorBoardBackend
 from rlhooks.plugins.backends.wandb_backend import EXTRA_COLUMN, WandbBackend
+from ..wandb_records import read_wandb_records
 from rlhooks.testing.contracts import (
     LogHistogramContract,
     LogMetricsContract,
@@ -96,36 +96,6 @@ def test_tensorboard_event_files_read_back(tmp_path: Path) -> None:
     assert [c.title for c in layout.category] == list(LAYOUT)
 
 
-def _read_wandb_records(path: Path) -> list:
-    """Records of a .wandb transaction log (LevelDB log format: 32 KiB blocks of framed chunks)."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data = path.read_bytes()
-    block, pos, out, buf = 32768, 7, [], b""  # 7-byte file header ":W&B" + magic + version
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:
-            pos += left
-            continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        if kind == 0 and length == 0:
-            pos += left
-            continue
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
-        if kind == 1:  # full
-            out.append(chunk)
-        elif kind == 2:  # first
-            buf = chunk
-        elif kind == 3:  # middle
-            buf += chunk
-        elif kind == 4:  # last
-            out.append(buf + chunk)
-    records = []
-    for raw in out:
-        rec = pb.Record()
-        rec.ParseFromString(raw)
-        records.append(rec)
-    return records
 
 
 def test_wandb_offline_run_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -162,14 +132,14 @@ def test_wandb_offline_run_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
     # history, step by step, from the run's transaction log
     (wandb_file,) = run_dir.glob("run-*.wandb")
-    history = [r.history for r in _read_wandb_records(wandb_file) if r.WhichOneof("record_type") == "history"]
+    history = [r.history for r in read_wandb_records(wandb_file) if r.WhichOneof("record_type") == "history"]
     by_step = {}
     for h in history:
         items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in h.item}
         by_step[int(items["_step"])] = items
     assert sorted(by_step) == list(range(1, STEPS + 1))
     summary = {}
-    for r in _read_wandb_records(wandb_file):
+    for r in read_wandb_records(wandb_file):
         if r.WhichOneof("record_type") == "summary":
             summary.update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.summary.update})
     assert summary["_step"] == STEPS  # the final summary, written at finish
@@ -225,7 +195,7 @@ def test_wandb_incremental_table_rotates_to_bound_memory(tmp_path: Path, monkeyp
     wandb.teardown()
     (wandb_file,) = run_dir.glob("run-*.wandb")
     increments = []
-    for r in _read_wandb_records(wandb_file):
+    for r in read_wandb_records(wandb_file):
         if r.WhichOneof("record_type") == "history":
             items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
             if "t/increment_num" in items:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from .monitoring_helpers import demo_config_with, read_wandb_records, simulate
+from ..wandb_records import read_wandb_records
+from .monitoring_helpers import demo_config_with, simulate
 
 from rlhooks.plugins.backends.wandb_backend import CHARTS, STEP_METRIC
 
