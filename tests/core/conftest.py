@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from rlhooks.core.registry import Registry
+
 
 def pip_install_target(src: Path, target: Path) -> None:
     subprocess.run(
@@ -246,3 +248,10 @@ def third_party(installed_dists: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.syspath_prepend(str(installed_dists))
     importlib.invalidate_caches()
     return installed_dists
+
+
+@pytest.fixture
+def reg(third_party: Path) -> Registry:
+    """A registry that sees the pip-installed test distributions."""
+    return Registry()
+

@@ -7,12 +7,6 @@ import pytest
 from rlhooks import ConfigError
 from rlhooks.host import load_config
 from rlhooks.core.config import REDACTED, redact_secrets
-from rlhooks.core.registry import Registry
-
-
-@pytest.fixture
-def reg(third_party):
-    return Registry()
 
 
 def write(tmp_path, text):

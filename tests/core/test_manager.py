@@ -7,21 +7,8 @@ from rlhooks import Batch, PluginError, hookimpl
 from rlhooks.host import RunManager, load_config
 from rlhooks.core.data import DatasetColumns
 from rlhooks.core.manager import MAX_CONSECUTIVE_FAILURES, HookValidationError
-from rlhooks.core.registry import Registry
 
-
-@pytest.fixture
-def reg(third_party):
-    return Registry()
-
-
-def manager(cfg, tmp_path, reg, **kw):
-    return RunManager(load_config(cfg, registry=reg), registry=reg, run_dir=tmp_path, **kw)
-
-
-def batch(n=4):
-    return Batch({"uid": np.repeat(np.arange(n // 2), 2), "reward": np.arange(float(n)),
-                  "data_source": np.array(["a", "b"] * (n // 2), dtype=object)})
+from .manager_helpers import batch, manager
 
 
 class Flaky:

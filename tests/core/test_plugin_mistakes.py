@@ -13,21 +13,9 @@ from rlhooks.core.data import DatasetColumns
 from rlhooks.core.manager import Registered, SamplerStateError
 from rlhooks.core.registry import Registry
 
+from .manager_helpers import batch, manager
+
 DATA = DatasetColumns.from_arrays(["a", "b", "a", "b"])
-
-
-@pytest.fixture
-def reg(third_party):
-    return Registry()
-
-
-def manager(cfg, tmp_path, reg, **kw):
-    return RunManager(load_config(cfg, registry=reg), registry=reg, run_dir=tmp_path, **kw)
-
-
-def batch(n=4):
-    return Batch({"uid": np.repeat(np.arange(n // 2), 2), "reward": np.arange(float(n)),
-                  "data_source": np.array(["a", "b"] * (n // 2), dtype=object)})
 
 
 # -- methods named like hooks but not decorated -----------------------------------------------
