@@ -303,6 +303,18 @@ def test_kl_in_reward_is_applied_before_the_filters_like_the_dapo_recipe(tmp_pat
     assert trainer.ref_calls == [GEN_BS * N] * int(rec.logged[1]["train/num_gen_batches"])
 
 
+def _one_generated_batch(trainer_cls, tmp_path, data_file, tokenizer):
+    """A CPU trainer of ``trainer_cls`` and one generated batch of it, before its log-prob pass."""
+    cfg = verl_config(data_file, tmp_path, 1, {})
+    dataset = RLHFDataset(data_files=cfg.data.train_files, tokenizer=tokenizer, config=cfg.data)
+    trainer = trainer_cls(config=cfg, tokenizer=tokenizer, role_worker_mapping={Role.ActorRollout: object},
+                          resource_pool_manager=None, train_dataset=dataset, val_dataset=dataset,
+                          collate_fn=collate_fn).attach_standins()
+    batch = trainer.async_rollout_manager.generate_sequences(trainer._sample_prompts(1)[0].repeat(N, interleave=True))
+    batch.batch["response_mask"] = batch.batch["attention_mask"][:, -batch.batch["responses"].shape[-1]:]
+    return trainer, batch
+
+
 def test_router_replay_r2_r3_conflict_is_verls_error(tmp_path, data_file, tokenizer):
     """verl 0.9.1 fit()'s check: routed_experts from both the rollout (R3) and the log-prob pass (R2)."""
     class RoutedTrainer(CPUTrainer):
@@ -311,13 +323,7 @@ def test_router_replay_r2_r3_conflict_is_verls_error(tmp_path, data_file, tokeni
             out.batch["routed_experts"] = torch.zeros(batch.batch["responses"].shape, dtype=torch.long)
             return out, mfu
 
-    cfg = verl_config(data_file, tmp_path, 1, {})
-    dataset = RLHFDataset(data_files=cfg.data.train_files, tokenizer=tokenizer, config=cfg.data)
-    trainer = RoutedTrainer(config=cfg, tokenizer=tokenizer, role_worker_mapping={Role.ActorRollout: object},
-                            resource_pool_manager=None, train_dataset=dataset, val_dataset=dataset,
-                            collate_fn=collate_fn).attach_standins()
-    batch = trainer.async_rollout_manager.generate_sequences(trainer._sample_prompts(1)[0].repeat(N, interleave=True))
-    batch.batch["response_mask"] = batch.batch["attention_mask"][:, -batch.batch["responses"].shape[-1]:]
+    trainer, batch = _one_generated_batch(RoutedTrainer, tmp_path, data_file, tokenizer)
     assert "old_log_probs" in trainer._policy_log_probs(batch, {}, {}).batch.keys()  # R2 alone is fine
     batch.batch["routed_experts"] = torch.zeros(batch.batch["responses"].shape, dtype=torch.long)
     with pytest.raises(ValueError, match="conflicting router replay configuration"):
@@ -333,13 +339,7 @@ def test_log_probs_without_old_log_probs_is_verls_assertion(tmp_path, data_file,
             out.batch.pop("old_log_probs")
             return out, mfu
 
-    cfg = verl_config(data_file, tmp_path, 1, {})
-    dataset = RLHFDataset(data_files=cfg.data.train_files, tokenizer=tokenizer, config=cfg.data)
-    trainer = NoOldLogProbTrainer(config=cfg, tokenizer=tokenizer, role_worker_mapping={Role.ActorRollout: object},
-                                  resource_pool_manager=None, train_dataset=dataset, val_dataset=dataset,
-                                  collate_fn=collate_fn).attach_standins()
-    batch = trainer.async_rollout_manager.generate_sequences(trainer._sample_prompts(1)[0].repeat(N, interleave=True))
-    batch.batch["response_mask"] = batch.batch["attention_mask"][:, -batch.batch["responses"].shape[-1]:]
+    trainer, batch = _one_generated_batch(NoOldLogProbTrainer, tmp_path, data_file, tokenizer)
     with pytest.raises(AssertionError, match='"old_log_probs" not in'):
         trainer._policy_log_probs(batch, {}, {})
 
