@@ -404,15 +404,11 @@ class RewardColumns:
         self.trained.append({**self._columns(batch), "advantage": batch["advantage"].copy(), "metrics": dict(metrics)})
 
 
-def test_rlhooks_reward_functions_replace_verls_score_at_the_last_token(tmp_path, data_file, tokenizer, monkeypatch):
-    from rlhooks.engines.verl import adapter
-    from rlhooks.plugins.rewards.functions import check_answer, format_approx
-
-    built = []  # trajectory Batches built from DataProtos: once per generation batch, not again at step end
-    real = adapter.trajectory_batch
-    monkeypatch.setattr(adapter, "trajectory_batch", lambda *a, **k: built.append(1) or real(*a, **k))
+def _fit_with_reward_functions(tmp_path, data_file, tokenizer, steps, *overrides):
+    """A CPU run whose rlhooks reward functions (check_answer + 0.5 format_approx) replace verl's score."""
     seen = RewardColumns()
-    cfg = verl_config(data_file, tmp_path, 2, {"rewards": ["check_answer", {"name": "format_approx", "weight": 0.5}]})
+    cfg = verl_config(data_file, tmp_path, steps, {"rewards": ["check_answer", {"name": "format_approx", "weight": 0.5}]},
+                      *overrides)
     dataset = RLHFDataset(data_files=cfg.data.train_files, tokenizer=tokenizer, config=cfg.data)
     trainer = CPUTrainer(
         config=cfg, tokenizer=tokenizer, role_worker_mapping={Role.ActorRollout: object},
@@ -420,6 +416,17 @@ def test_rlhooks_reward_functions_replace_verls_score_at_the_last_token(tmp_path
         rlhooks_plugins=[("recorder", Recorder()), ("rewards", seen)],
     ).attach_standins()
     trainer.fit()
+    return trainer, seen
+
+
+def test_rlhooks_reward_functions_replace_verls_score_at_the_last_token(tmp_path, data_file, tokenizer, monkeypatch):
+    from rlhooks.engines.verl import adapter
+    from rlhooks.plugins.rewards.functions import check_answer, format_approx
+
+    built = []  # trajectory Batches built from DataProtos: once per generation batch, not again at step end
+    real = adapter.trajectory_batch
+    monkeypatch.setattr(adapter, "trajectory_batch", lambda *a, **k: built.append(1) or real(*a, **k))
+    trainer, seen = _fit_with_reward_functions(tmp_path, data_file, tokenizer, 2)
 
     assert len(seen.scored) == 2 and len(seen.trained) == 2
     assert len(built) == len(seen.scored)  # one generation batch per step here: one Batch per step
@@ -453,16 +460,7 @@ def test_kl_in_reward_follows_the_rlhooks_reward_functions(tmp_path, data_file, 
     place_rewards writes, not to verl's score it replaces."""
     beta = 0.5
     kl_keys = ("algorithm.use_kl_in_reward=true", f"algorithm.kl_ctrl.kl_coef={beta}", "algorithm.kl_ctrl.type=fixed")
-    seen = RewardColumns()
-    cfg = verl_config(data_file, tmp_path, 1, {"rewards": ["check_answer", {"name": "format_approx", "weight": 0.5}]},
-                      *kl_keys)
-    dataset = RLHFDataset(data_files=cfg.data.train_files, tokenizer=tokenizer, config=cfg.data)
-    trainer = CPUTrainer(
-        config=cfg, tokenizer=tokenizer, role_worker_mapping={Role.ActorRollout: object},
-        resource_pool_manager=None, train_dataset=dataset, val_dataset=dataset, collate_fn=collate_fn,
-        rlhooks_plugins=[("recorder", Recorder()), ("rewards", seen)],
-    ).attach_standins()
-    trainer.fit()
+    trainer, seen = _fit_with_reward_functions(tmp_path, data_file, tokenizer, 1, *kl_keys)
     for dp, scored in zip(trainer.trained, seen.scored):
         scores, mask = dp.batch["token_level_scores"], dp.batch["response_mask"].float()
         np.testing.assert_allclose(scores.sum(-1).numpy(), scored["reward"], rtol=1e-6)
