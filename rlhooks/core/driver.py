@@ -180,6 +180,8 @@ class StepDriver:
         self.manager = manager
         self.run = manager.config.run
         self.rewards = manager.rewards
+        #: steps in a row that hit max_num_gen_batches (on_gen_limit: continue): warned once per streak
+        self.gen_limit_streak = 0
 
     def collect(self, step: int, rollout: Rollout[P]) -> Collected[P]:
         """Generation batches until enough groups survive; the (trimmed) batch to train on."""
@@ -204,14 +206,20 @@ class StepDriver:
             keep, filter_metrics = m.apply_filters(trajectories)
             acc.add(gen.payload, trajectories, keep, filter_metrics)
             if acc.ready:
+                if self.gen_limit_streak:
+                    log.info(f"steps fill their batch again after {self.gen_limit_streak} step(s) at max_num_gen_batches", step=step)
+                self.gen_limit_streak = 0
                 break
             if acc.limit_reached:
                 if self.run.on_gen_limit == "raise":
                     raise acc.limit_error()
-                log.warning(
-                    "max_num_gen_batches reached; training on the groups kept so far (on_gen_limit: continue)",
-                    step=step, kept_groups=acc.kept_groups, needed=self.run.train_batch_size,
-                )
+                if not self.gen_limit_streak:  # every such step counts in filter/limit_reached
+                    log.warning(
+                        "max_num_gen_batches reached; training on the groups kept so far (on_gen_limit: continue; "
+                        "not repeated while the following steps reach it too, see filter/limit_reached)",
+                        step=step, kept_groups=acc.kept_groups, needed=self.run.train_batch_size,
+                    )
+                self.gen_limit_streak += 1
                 break
         payload, batch, acc_metrics = acc.finish(rollout)
         if not m.filters:  # without filters only the generation count means something

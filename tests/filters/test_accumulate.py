@@ -146,6 +146,20 @@ def test_limit_continue_trains_on_what_was_kept(tmp_path):
     assert m["train/num_gen_batches"] == 2 and m["filter/discarded_surplus"] == 0
 
 
+def test_limit_continue_warns_once_per_streak_of_steps_at_the_limit(tmp_path):
+    from structlog.testing import capture_logs
+
+    driver, _ = make_driver(tmp_path, train_batch_size=4, max_num_gen_batches=2, on_gen_limit="continue")
+    starved, plenty = ScriptedRollout([[MIXED, ALL1, ALL0]]), ScriptedRollout([[MIXED] * 4])
+    with capture_logs() as logs:
+        hit = [driver.collect(step, starved).metrics["filter/limit_reached"] for step in (1, 2, 3)]
+        driver.collect(4, plenty)
+        driver.collect(5, starved)
+    assert hit == [1, 1, 1]  # every step at the limit is counted ...
+    warned = [e["step"] for e in logs if e["event"].startswith("max_num_gen_batches reached")]
+    assert warned == [1, 5]  # ... and warned about once per streak
+
+
 def test_limit_continue_with_nothing_kept(tmp_path):
     driver, _ = make_driver(tmp_path, train_batch_size=2, max_num_gen_batches=2, on_gen_limit="continue")
     out = driver.collect(1, ScriptedRollout([[ALL1, ALL0]]))

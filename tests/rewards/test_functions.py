@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from rlhooks.plugins.rewards.functions import (
@@ -131,3 +132,19 @@ def test_non_string_response_is_a_clear_type_error():
 
 def test_extract_answer():
     assert extract_answer(GOOD) == "42" and extract_answer("no tags") is None
+
+
+def test_score_batch_scores_each_distinct_pair_once_and_equals_per_row_scores():
+    from rlhooks.plugins.rewards.functions import BUILTIN_FUNCTIONS, _score_distinct
+
+    good = "<reasoning>7 * 6 = 42</reasoning><answer>42</answer>"
+    responses = np.array([good, good, "<answer>41</answer>", good, b"<reasoning>r</reasoning><answer>42</answer>"], dtype=object)
+    for targets in (np.array(["42", "42", "42", "41", "42"], dtype=object),  # text: deduplicated
+                    np.array([42, 42.0, "42", 41, "42"], dtype=object)):      # numbers: scored per row
+        for fn in BUILTIN_FUNCTIONS.values():
+            assert fn.score_batch(responses, targets).tolist() == [fn(r, t) for r, t in zip(responses, targets)], fn
+    calls = []
+    counted = _score_distinct(lambda r, t: calls.append((r, t)) or float(len(r)))
+    assert counted(np.array(["a", "bb", "a", "a"], dtype=object), np.array(["x", "x", "x", "y"], dtype=object)).tolist() == [1, 2, 1, 1]
+    assert sorted(calls) == [("a", "x"), ("a", "y"), ("bb", "x")]
+    assert counted(np.zeros(0, object), np.zeros(0, object)).shape == (0,)

@@ -28,5 +28,12 @@ def small_data(tmp_path_factory: pytest.TempPathFactory) -> SimDataset:
     return SimDataset.from_parquet(path)
 
 
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> SimDataset:
+    """240 rows: uniform sampling (a new order each epoch) comes back to a prompt within a few steps."""
+    path = write_dataset(tmp_path_factory.mktemp("tinydata") / "data.parquet", rows_per_source=60, seed=0)
+    return SimDataset.from_parquet(path)
+
+
 def make_engine(cfg: dict[str, Any], data: SimDataset, run_dir: Path) -> SimEngine:
     return SimEngine(load_sim_config(cfg), data, run_dir=run_dir)

@@ -73,6 +73,28 @@ def test_learner_probability_falls_with_difficulty_and_rises_with_skill():
     assert np.all(learner.p_correct(np.zeros(11, int), d) > p)
 
 
+def test_unsolvable_items_stay_unsolved_and_are_mostly_hard():
+    learner = SimLearner(LearnerOptions(unsolvable=0.1), ("a",))
+    d = np.random.default_rng(0).random(20_000)
+    offsets = learner.item_offsets(d, seed=3)
+    out = np.isinf(offsets)
+    assert 0.09 < out.mean() < 0.11  # the configured share, more of it among hard items
+    assert out[d > 0.5].mean() > 2.5 * out[d < 0.5].mean()
+    learner.skill += 100.0  # whatever is trained
+    p = learner.p_correct(np.zeros(len(d), int), d, offsets)
+    assert np.all(p[out] == 0) and np.all(p[~out] > 0.99)
+    plain = SimLearner(LearnerOptions(unsolvable=0.0), ("a",)).item_offsets(d, seed=3)
+    assert np.isfinite(plain).all() and np.array_equal(plain[~out], offsets[~out])  # same hidden offsets
+
+
+def test_format_slips_become_rare_as_a_source_trains():
+    learner = SimLearner(LearnerOptions(), ("a", "b"))
+    batch = Batch({"uid": np.repeat(np.arange(4), 2)})
+    for _ in range(60):  # 60 steps training only source a
+        learner.update(np.zeros(8, int), np.full(8, 0.05), np.tile([1.0, -1.0], 4), batch.groups)
+    assert learner.malformed[0] < 0.01 < learner.malformed[1] == LearnerOptions().malformed_rate
+
+
 def test_learner_learns_only_from_groups_with_signal():
     learner = SimLearner(LearnerOptions(), ("a", "b"))
     before = learner.skill.copy()
@@ -132,6 +154,27 @@ def test_uniform_sampling_without_a_sampler_covers_every_source(small_data, tmp_
     assert engine.sampler is None
     seen = np.concatenate([b["data_source"] for b in rec.trained])
     assert set(seen) == set(small_data.source_names)
+
+
+def test_uniform_sampling_shuffles_once_per_epoch_and_drops_the_last_partial_batch(tiny_data, tmp_path):
+    """Without a sampler the engine draws as verl's dataloader does (RandomSampler, drop_last=True):
+    each epoch is a new order, no prompt twice within an epoch, and a resume continues the epoch."""
+    cfg = small_config(tmp_path, run={"gen_batch_size": 36})  # 240 rows: 6 batches an epoch, 24 rows dropped
+    engine = make_engine(cfg, tiny_data, tmp_path / "e")
+    draws = [engine.sample(1)[0]["index"] for _ in range(13)]
+    assert all(len(d) == 36 for d in draws)
+    for epoch in (draws[:6], draws[6:12]):
+        rows = np.concatenate(epoch)
+        assert len(np.unique(rows)) == 216  # without replacement within the epoch
+    assert not np.array_equal(np.concatenate(draws[:6]), np.concatenate(draws[6:12]))  # reshuffled
+    assert engine.uniform_epoch == 2
+    resumed = make_engine(cfg, tiny_data, tmp_path / "r")
+    replay = make_engine(cfg, tiny_data, tmp_path / "p")
+    for _ in range(4):
+        replay.sample(1)
+    resumed.load_state_dict(json.loads(json.dumps(replay.state_dict())))
+    for d in draws[4:13]:  # across the epoch boundary
+        assert np.array_equal(resumed.sample(1)[0]["index"], d)
 
 
 def test_every_builtin_plugin_fires(small_data, tmp_path):

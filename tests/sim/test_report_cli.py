@@ -195,13 +195,13 @@ def test_cli_errors(tmp_path, capsys, monkeypatch):
 
 def test_compare_reward_curriculum_reaches_the_target_before_uniform(tmp_path):
     """A property of the simulated learner: on the default data, the example curriculum config
-    brings the curriculum source (chain) to the target accuracy in fewer steps than uniform sampling."""
+    brings the curriculum source (chain) to the target accuracy in fewer steps than uniform sampling
+    (measured 32 vs 44 steps to 0.5)."""
     result = compare([EXAMPLES / "uniform.yaml", EXAMPLES / "curriculum.yaml"],
-                     ["run.steps=70", "simulate.target_accuracy=0.55", "simulate.rows_per_source=1000"],
-                     out=tmp_path, report=False)
+                     ["run.steps=60", "simulate.target_accuracy=0.5"], out=tmp_path, report=False)
     uniform, curriculum = result["runs"]
     u, c = uniform["sources"]["chain"]["steps_to_target"], curriculum["sources"]["chain"]["steps_to_target"]
     assert c is not None and (u is None or c + 5 <= u), (u, c)
     assert uniform["generated_trajectories"] == curriculum["generated_trajectories"]  # no filter: same cost
     table = (tmp_path / "compare" / "comparison.md").read_text()
-    assert "steps to 0.55: chain" in table and "| uniform" in table and "curriculum" in table
+    assert "steps to 0.50: chain" in table and "| uniform" in table and "curriculum" in table

@@ -6,12 +6,15 @@ import json
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from rlhooks import FilterDecision, hookimpl
 from rlhooks.core.manager import LEARNING_KEY, Registered, RunManager
 from rlhooks.core.pregen import adaptive_size
+from rlhooks.core.records import read_records
 from rlhooks.engines.sim.compare import compare
-from rlhooks.engines.sim.engine import SimEngine, load_sim_config
+from rlhooks.engines.sim.data import SimDataset
+from rlhooks.engines.sim.engine import SimEngine, SimOptions, load_sim_config
 
 from .conftest import small_config
 
@@ -48,12 +51,12 @@ def run(cfg, data, run_dir, steps=None, state=None):
     return engine, rec
 
 
-def test_generation_batches_keep_their_size_and_the_counts_add_up(small_data, tmp_path):
-    cfg = small_config(tmp_path, **SELECTIVE, run={"steps": 14})
-    engine, rec = run(cfg, small_data, tmp_path / "r")
+def test_generation_batches_keep_their_size_and_the_counts_add_up(tiny_data, tmp_path):
+    cfg = small_config(tmp_path, **SELECTIVE, run={"steps": 10})
+    engine, rec = run(cfg, tiny_data, tmp_path / "r")
     assert set(rec.sampled) == {24}  # every generation batch has the configured size
     skipped = sum(m["prompt_filter/skipped"] for m in rec.metrics.values())
-    assert skipped > 0 and rec.metrics[14]["prompt_filter/skipped_total"] == skipped
+    assert skipped > 0 and rec.metrics[10]["prompt_filter/skipped_total"] == skipped
     for m in rec.metrics.values():
         generated = m["train/num_gen_batches"] * 24
         assert m["prompt_filter/sampled"] == generated + m["prompt_filter/skipped"] - m["prompt_filter/forced"] + m["prompt_filter/surplus"]
@@ -104,14 +107,16 @@ def test_adaptive_sizing_without_prompt_filters(small_data, tmp_path):
     assert all(k == "prompt_filter/surplus" for m in rec.metrics.values() for k in m if k.startswith("prompt_filter/"))
 
 
-def test_resume_with_selective_rollout_and_learnability_equals_uninterrupted(small_data, tmp_path):
+def test_resume_with_selective_rollout_and_learnability_equals_uninterrupted(tiny_data, tmp_path):
     cfg = small_config(tmp_path, **SELECTIVE, sampler={"name": "learnability", "level": "prompt"},
                        run={"steps": 10, "gen_batch_sizing": "adaptive"})
-    _, full = run(cfg, small_data, tmp_path / "full")
-    first, part1 = run(cfg, small_data, tmp_path / "p1", steps=5)
+    _, full = run(cfg, tiny_data, tmp_path / "full")
+    skipped = [full.metrics[s]["prompt_filter/skipped"] for s in range(1, 11)]
+    assert sum(skipped[:5]) > 0 and sum(skipped[5:]) > 0, skipped  # skipping before and after the resume point
+    first, part1 = run(cfg, tiny_data, tmp_path / "p1", steps=5)
     state = json.loads(json.dumps(first.state_dict()))  # learning state included, JSON-safe
     assert LEARNING_KEY in state["manager"]
-    resumed, part2 = run(cfg, small_data, tmp_path / "p2", state=state)
+    resumed, part2 = run(cfg, tiny_data, tmp_path / "p2", state=state)
     assert resumed.step == 10
     combined = {**part1.metrics, **part2.metrics}
     assert combined.keys() == full.metrics.keys()
@@ -130,21 +135,85 @@ def test_resume_with_the_ucb_sampler_equals_uninterrupted(small_data, tmp_path):
     assert {s: strip(m) for s, m in {**part1.metrics, **part2.metrics}.items()} == {s: strip(m) for s, m in full.metrics.items()}
 
 
+class GroupOutcomes:
+    """Every generated group (before the DAPO filter): its prompt, all right, all wrong."""
+
+    def __init__(self):
+        self.index, self.all_right, self.all_wrong = [], [], []
+
+    @hookimpl
+    def on_rewards_computed(self, step, batch):
+        g = batch.groups
+        acc = np.asarray(batch["acc"], dtype=np.float64)
+        self.index.append(np.asarray(batch["index"])[g.first_row])
+        self.all_right.append(g.min(acc) == 1)
+        self.all_wrong.append(g.max(acc) == 0)
+
+
+def revisit_persistence(index, zero_var):
+    """Over revisits of a prompt: P(zero variance | previous zero variance), P(... | previous mixed),
+    P(zero variance at some earlier visit | zero variance now) (GRESO's two probabilities and the base rate)."""
+    order = np.argsort(index, kind="stable")  # a prompt's visits in generation order
+    i, z = index[order], zero_var[order]
+    revisit = np.r_[False, i[1:] == i[:-1]]
+    previous = np.r_[False, z[:-1]]
+    first = ~revisit
+    before = np.cumsum(z) - z  # zero-variance groups earlier in this order
+    earlier = before - before[first][np.cumsum(first) - 1] > 0  # ... among this prompt's visits
+    return z[revisit & previous].mean(), z[revisit & ~previous].mean(), earlier[revisit & z].mean()
+
+
+def test_simulated_prompts_stay_solved_or_unsolved_like_real_ones(tmp_path):
+    """The property selective rollout relies on (GRESO, arXiv 2506.02177: about 20% of prompts that
+    were zero-variance become informative again, and over 90% of an epoch's zero-variance prompts were
+    zero-variance before). Measured on dapo.yaml at a smaller size, several epochs over the data;
+    the learner before unsolvable items and faster format learning gave 0.64 and 0.82 here."""
+    from rlhooks.engines.sim.data import write_dataset
+
+    data = SimDataset.from_parquet(write_dataset(tmp_path / "d.parquet", rows_per_source=250, seed=0))
+    config = load_sim_config(EXAMPLES / "dapo.yaml", overrides=["run.steps=40", "backends=[]", "samples=[]"])
+    groups = GroupOutcomes()
+    SimEngine(config, data, manager=RunManager(config, run_dir=tmp_path / "r", extra_plugins=[("g", groups)])).run()
+    index = np.concatenate(groups.index)
+    right, wrong = np.concatenate(groups.all_right), np.concatenate(groups.all_wrong)
+    after_zero_var, after_mixed, seen_before = revisit_persistence(index, right | wrong)
+    assert after_zero_var >= 0.75 and after_zero_var - after_mixed >= 0.2, (after_zero_var, after_mixed)
+    assert seen_before >= 0.88, seen_before
+    assert revisit_persistence(index, wrong)[0] >= 0.8  # all wrong stays all wrong (unsolvable items)
+
+
 def test_compare_selective_generates_less_to_reach_the_target(tmp_path):
-    """The README's comparison at a smaller size: dapo + selective_rollout reaches the mean-accuracy
-    target with fewer generated trajectories than dapo, at a final accuracy as good."""
+    """The README's comparison at a smaller size (300 rows per source, 50 steps, the default target
+    0.8): dapo + selective_rollout reaches the mean-accuracy target with at least 1.5x fewer generated
+    trajectories than dapo (measured 1.79x), at a final accuracy at least as good. Adaptive sizing
+    alone (dapo_adaptive.yaml) measures 1.19x here, so the margin is selective_rollout's skipping."""
     result = compare([EXAMPLES / "dapo.yaml", EXAMPLES / "selective.yaml"],
-                     ["run.steps=40", "simulate.rows_per_source=600", "simulate.target_accuracy=0.6"],
-                     out=tmp_path, report=False)
+                     ["run.steps=50", "simulate.rows_per_source=300"], out=tmp_path, report=False)
     dapo, selective = result["runs"]
+    assert dapo["target_accuracy"] == selective["target_accuracy"] == SimOptions().target_accuracy
     assert dapo["generated_to_target"] is not None and selective["generated_to_target"] is not None
-    assert selective["generated_to_target"] * 1.3 <= dapo["generated_to_target"], (dapo, selective)
+    assert selective["generated_to_target"] * 1.5 <= dapo["generated_to_target"], (dapo, selective)
     assert selective["mean_accuracy"] >= dapo["mean_accuracy"] - 0.01
+    skipped = [r for _, r in read_records(Path(selective["run_dir"]) / "metrics.jsonl") if r and r.get("kind") == "metrics"]
+    assert skipped[-1]["metrics"]["prompt_filter/skipped_total"] > 0
     table = (tmp_path / "compare" / "comparison.md").read_text()
-    assert "generated to 0.60: mean" in table
+    assert "generated to 0.80: mean" in table
     chart = Path(result["generation_chart"])
     assert chart.name == "generated_vs_accuracy.png" and chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "compare" / "comparison.json").read_text())["runs"][1]["generated_to_target"] == selective["generated_to_target"]
+
+
+def test_compare_uses_the_first_configs_target_for_every_run(tmp_path):
+    """One table, one target: a second config's own simulate.target_accuracy does not apply."""
+    paths = []
+    for name, target in (("a", 0.5), ("b", 0.9)):
+        cfg = small_config(tmp_path, run={"steps": 2}, simulate={"target_accuracy": target, "rows_per_source": 30})
+        cfg["run"].pop("out_dir")
+        paths.append(tmp_path / f"{name}.yaml")
+        paths[-1].write_text(yaml.safe_dump(cfg))
+    result = compare(paths, out=tmp_path / "out", report=False)
+    assert [r["target_accuracy"] for r in result["runs"]] == [0.5, 0.5]
+    assert "steps to 0.50: mean" in (tmp_path / "out" / "compare" / "comparison.md").read_text()
 
 
 def test_cli_compare_prints_generated_to_target_as_the_metrics_curve_says(tmp_path, capsys):
@@ -152,7 +221,6 @@ def test_cli_compare_prints_generated_to_target_as_the_metrics_curve_says(tmp_pa
     comparison.json's generated_to_target are the trajectories generated up to the first step whose
     logged sim/accuracy/mean reached the target (read back from each run's metrics.jsonl)."""
     from rlhooks.cli import main
-    from rlhooks.core.records import read_records
 
     rc = main(["simulate", "--compare", str(EXAMPLES / "dapo.yaml"), str(EXAMPLES / "selective.yaml"),
                "--steps", "16", "--set", "simulate.rows_per_source=300", "--target-accuracy", "0.5",
@@ -170,23 +238,22 @@ def test_cli_compare_prints_generated_to_target_as_the_metrics_curve_says(tmp_pa
 
 
 def test_readme_comparison_says_which_target_it_uses_and_the_default():
-    """The README's selective comparison uses the example configs' target, says it is not the
-    simulator's default and gives the figures at the default too."""
-    import yaml
-
-    from rlhooks.engines.sim.engine import SimOptions
-
+    """The README's selective comparison uses the example configs' target and says whether it is the
+    simulator's default; it gives the figures at 0.70 too (where the 1.5x is not met)."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("### What it buys in the simulator"):readme.index("## Logging backends")]
-    targets = {yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())["simulate"]["target_accuracy"]
-               for name in ("dapo", "dapo_adaptive", "selective", "learnability")}
     default = SimOptions().target_accuracy
+    targets = {(yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text()).get("simulate") or {}).get("target_accuracy", default)
+               for name in ("dapo", "dapo_adaptive", "selective", "learnability")}
     assert len(targets) == 1
     used = targets.pop()
     assert f"target mean accuracy {used:.2f}" in section
     if used != default:
         assert f"`simulate.target_accuracy` defaults to {default}" in section
         assert f"generated to {default:.2f}: mean" in section and f"--target-accuracy {default}" in section
+    else:
+        assert "the simulator's default" in section
+    assert "generated to 0.70: mean" in section and "--target-accuracy 0.7" in section
 
 
 def test_readme_adaptive_sizing_matches_adaptive_size():

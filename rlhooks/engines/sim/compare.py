@@ -1,11 +1,13 @@
-"""``rlhooks simulate --compare A.yaml B.yaml ...``: the same data and seed under several configs.
+"""``rlhooks simulate --compare A.yaml B.yaml ...``: the same data, seed and target under several configs.
 
 Each config runs as ``<out>/compare/<config file stem>``; the generated dataset is written once
-(``<out>/compare/data.parquet``) unless ``--data`` names one. The comparison table (also written
-as comparison.md and comparison.json) gives per source the first step whose simulated accuracy
-reached ``simulate.target_accuracy``, the final accuracy, the trajectories generated until the
-mean accuracy first reached the target (``generated_to_target``, next to the final mean accuracy),
-and the generated vs trained trajectories (what the filters cost).
+(``<out>/compare/data.parquet``) unless ``--data`` names one. The first config (with the command's
+overrides) sets the data, ``run.seed`` and ``simulate.target_accuracy`` of every run, so one table
+compares like with like. The comparison table (also written as comparison.md and comparison.json)
+gives per source the first step whose simulated accuracy reached ``simulate.target_accuracy``, the
+final accuracy, the trajectories generated until the mean accuracy first reached the target
+(``generated_to_target``, next to the final mean accuracy), and the generated vs trained
+trajectories (what the filters cost).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ def _compare_in(
         opts = sim_options(first)
         data = opts.data or write_dataset(root / "data.parquet", opts.rows_per_source, opts.data_seed, opts.sources)
     seed = first.run.seed
+    target = sim_options(first).target_accuracy  # one target for the whole table (its rows name it)
     names: list[str] = []
     for c in configs:
         base = safe_name(Path(c).stem)
@@ -61,7 +64,8 @@ def _compare_in(
         names.append(name)
     summaries = []
     for c, name in zip(configs, names):
-        run_overrides = [*overrides, f"run.name={name}", f"run.out_dir={root}", f"run.seed={seed}"]
+        run_overrides = [*overrides, f"run.name={name}", f"run.out_dir={root}", f"run.seed={seed}",
+                         f"simulate.target_accuracy={target!r}"]
         summaries.append(simulate_run(c, run_overrides, data=data, progress=progress, report=False))
     result: dict[str, Any] = {"configs": [str(c) for c in configs], "data": str(data), "seed": seed, "runs": summaries}
     if report:

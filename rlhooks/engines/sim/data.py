@@ -130,7 +130,7 @@ _GENERATORS = {"arith_add": _arith_add, "arith_mul": _arith_mul, "chain": _chain
 _ABILITY = {"arith_add": "math", "arith_mul": "math", "chain": "math", "logic": "logic"}
 
 
-def generate_table(rows_per_source: int = 2000, seed: int = 0, sources: tuple[str, ...] | None = None) -> pa.Table:
+def generate_table(rows_per_source: int = 500, seed: int = 0, sources: tuple[str, ...] | None = None) -> pa.Table:
     """The default multi-source dataset as an Arrow table in verl's layout (deterministic in ``seed``)."""
     sources = tuple(sources or SOURCE_PROFILES)
     unknown = [s for s in sources if s not in _GENERATORS]
@@ -177,7 +177,7 @@ def generate_table(rows_per_source: int = 2000, seed: int = 0, sources: tuple[st
     })
 
 
-def write_dataset(path: str | Path, rows_per_source: int = 2000, seed: int = 0, sources: tuple[str, ...] | None = None) -> Path:
+def write_dataset(path: str | Path, rows_per_source: int = 500, seed: int = 0, sources: tuple[str, ...] | None = None) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(generate_table(rows_per_source, seed, sources), path)

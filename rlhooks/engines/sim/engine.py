@@ -54,7 +54,7 @@ class SimOptions:
     #: a parquet file in verl's layout; empty = generate the built-in multi-source dataset
     data: str = ""
     #: rows per built-in source when generating
-    rows_per_source: int = attrs.field(default=2000, validator=[attrs.validators.gt(0), attrs.validators.le(1_000_000)])
+    rows_per_source: int = attrs.field(default=500, validator=[attrs.validators.gt(0), attrs.validators.le(1_000_000)])
     #: built-in sources to generate (see SOURCE_PROFILES)
     sources: tuple[str, ...] = attrs.field(default=tuple(SOURCE_PROFILES))
     #: seed of the generated data (kept apart from run.seed so seeds compare on the same data)
@@ -127,7 +127,11 @@ class SimEngine:
         self.n = run.n
         self.gen_batch_size = min(run.effective_gen_batch_size, len(data))
         self.rng = np.random.default_rng([run.seed, 7])  # responses and engine noise
-        self.uniform_rng = np.random.default_rng([run.seed, 11])  # prompts when no sampler is configured
+        # prompts when no sampler is configured: verl's dataloader, a new shuffle each epoch (RandomSampler)
+        # in batches of gen_batch_size with the epoch's last partial batch dropped (drop_last=True)
+        self.uniform_epoch = 0
+        self.uniform_pos = 0
+        self._uniform_order: np.ndarray | None = None
         self.learner = SimLearner(self.options.learner, data.source_names)
         self.sampler = self.manager.build_sampler(data.columns, batch_size=self.gen_batch_size, seed=run.seed)
         self._sampler_iter: Any = None
@@ -146,7 +150,7 @@ class SimEngine:
         comp = data.columns.complexity
         self._complexity = comp if comp is not None else np.full(len(data), np.nan, np.float32)
         self._answer_head = _answer_heads(data.solution)
-        self._item_offset = self.learner.item_offsets(len(data), self.options.data_seed)
+        self._item_offset = self.learner.item_offsets(data.difficulty, self.options.data_seed)
         self._eval = self._eval_subset()
         nb = self.options.learner.buckets
         # each source's share of items per difficulty bucket: skill is mastery where its items are
@@ -186,7 +190,7 @@ class SimEngine:
     def _draw(self) -> np.ndarray:
         want = self.gen_batch_size
         if self.sampler is None:
-            return self.uniform_rng.choice(len(self.data), size=want, replace=False)
+            return self._draw_uniform(want)
         got: list[int] = []
         fresh = False
         while len(got) < want:
@@ -206,6 +210,21 @@ class SimEngine:
                 f"sampler {self.config.sampler.name!r} yielded index {int(idx[bad][0])}, outside the dataset's "
                 f"{len(self.data)} rows ({self.data.origin})"
             )
+        return idx
+
+    def _epoch_order(self, epoch: int) -> np.ndarray:
+        """The shuffled row order of a uniform epoch (a function of seed and epoch, so resuming needs no array)."""
+        return np.random.default_rng([self.config.run.seed, 11, epoch]).permutation(len(self.data))
+
+    def _draw_uniform(self, want: int) -> np.ndarray:
+        if self._uniform_order is None:
+            self._uniform_order = self._epoch_order(self.uniform_epoch)
+        if self.uniform_pos + want > len(self._uniform_order):  # drop_last: the epoch's remainder is not drawn
+            self.uniform_epoch += 1
+            self.uniform_pos = 0
+            self._uniform_order = self._epoch_order(self.uniform_epoch)
+        idx = self._uniform_order[self.uniform_pos:self.uniform_pos + want]
+        self.uniform_pos += want
         return idx
 
     def sample(self, step: int) -> tuple[Batch, Batch]:
@@ -382,11 +401,12 @@ class SimEngine:
     def state_dict(self) -> dict[str, Any]:
         """Everything a resumed run needs to continue exactly as an uninterrupted one."""
         return {
-            "version": 1,
+            "version": 2,
             "step": self.step,
             "uid_next": self.uid_next,
             "rng": self.rng.bit_generator.state,
-            "uniform_rng": self.uniform_rng.bit_generator.state,
+            "uniform_epoch": self.uniform_epoch,
+            "uniform_pos": self.uniform_pos,
             "learner": self.learner.state_dict(),
             "generated_trajectories": self.generated_trajectories,
             "trained_trajectories": self.trained_trajectories,
@@ -397,13 +417,15 @@ class SimEngine:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if state.get("version") != 1:
-            raise RLHooksError(f"unsupported simulator state version {state.get('version')!r} (expected 1)")
+        if state.get("version") != 2:
+            raise RLHooksError(f"unsupported simulator state version {state.get('version')!r} (expected 2; a state from an older rlhooks cannot resume exactly)")
         self.learner.load_state_dict(state["learner"])
         self.step = int(state["step"])
         self.uid_next = int(state["uid_next"])
         self.rng.bit_generator.state = state["rng"]
-        self.uniform_rng.bit_generator.state = state["uniform_rng"]
+        self.uniform_epoch = int(state["uniform_epoch"])
+        self.uniform_pos = int(state["uniform_pos"])
+        self._uniform_order = None
         self.generated_trajectories = int(state["generated_trajectories"])
         self.trained_trajectories = int(state["trained_trajectories"])
         self.reached = dict(state["reached"])

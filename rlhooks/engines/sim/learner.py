@@ -4,9 +4,13 @@ The model (a tool for comparing set-ups, not a claim about real models):
 
 * Difficulty ``d`` in [0, 1] (the dataset's complexity, min-max scaled) falls into one of
   ``buckets`` equal-width buckets. Each (source, bucket) has a skill ``s``.
-* A response is correct with ``p = sigmoid(sharpness * (s - d))``: it falls with difficulty and
-  rises with skill. Independently, it is malformed (a tag missing) with the source's format
-  error rate, which decays as the source trains.
+* A response is correct with ``p = sigmoid(sharpness * (s - d - offset))``: it falls with
+  difficulty and rises with skill; ``offset`` is the item's own hidden difficulty. A share of
+  the items (``unsolvable``, more of them among the hard ones) is beyond reach: ``p = 0``
+  whatever is trained, as prompts outside a model's reasoning boundary stay unsolved through
+  RL training (GRESO's case study: "certain hard prompts remain unsolved throughout training").
+  Independently, a response is malformed (a tag missing) with the source's format error rate,
+  which decays as the source trains, so a trained source's slips become rare.
 * After each step, every trained group teaches its (source, bucket) in proportion to its mean
   ``|advantage|`` (GRPO: zero for all-right or all-wrong groups), as a share of the batch:
   ``signal[s, b] = sum(mean|adv| of groups in (s, b)) / groups trained``.
@@ -49,8 +53,12 @@ class LearnerOptions:
     #: std of each item's own difficulty offset, hidden from the complexity score (0 = none): real
     #: prompts are solved or failed persistently for reasons their difficulty label does not show
     item_spread: float = attrs.field(default=0.1, validator=attrs.validators.ge(0))
+    #: share of items beyond the model's reach (never answered right, whatever is trained); an
+    #: item's chance is proportional to its difficulty
+    unsolvable: float = attrs.field(default=0.1, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
     malformed_rate: float = attrs.field(default=0.15, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
-    format_learning_rate: float = attrs.field(default=2.0, validator=attrs.validators.ge(0))
+    #: malformed rate *= exp(-format_learning_rate * 0.05 * source's share of the trained groups) per step
+    format_learning_rate: float = attrs.field(default=4.0, validator=attrs.validators.ge(0))
 
 
 class SimLearner:
@@ -68,9 +76,18 @@ class SimLearner:
         nb = self.options.buckets
         return np.minimum((np.asarray(difficulty) * nb).astype(np.int64), nb - 1)
 
-    def item_offsets(self, n_items: int, seed: int) -> np.ndarray:
-        """Each item's hidden difficulty offset, N(0, item_spread), fixed by the data seed."""
-        return np.random.default_rng([seed, 5]).normal(0.0, self.options.item_spread, n_items)
+    def item_offsets(self, difficulty: np.ndarray, seed: int) -> np.ndarray:
+        """Each item's hidden difficulty offset, N(0, item_spread), fixed by the data seed; +inf for an
+        item beyond reach (``unsolvable`` of the items, more likely the harder the item)."""
+        difficulty = np.asarray(difficulty, dtype=np.float64)
+        rng = np.random.default_rng([seed, 5])
+        offsets = rng.normal(0.0, self.options.item_spread, len(difficulty))
+        share = self.options.unsolvable
+        if share > 0 and len(difficulty):
+            mean = float(difficulty.mean())
+            p = share * difficulty / mean if mean > 0 else np.full(len(difficulty), share)
+            offsets[rng.random(len(difficulty)) < p] = np.inf
+        return offsets
 
     def p_correct(self, source: np.ndarray, difficulty: np.ndarray, offset: np.ndarray | float = 0.0) -> np.ndarray:
         """P(right answer): the (source, bucket) skill against the item's difficulty plus its hidden offset."""

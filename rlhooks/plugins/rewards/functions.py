@@ -3,7 +3,9 @@
 Each is a plain function ``fn(response: str, target: str, **info) -> float`` (extra keyword
 arguments are accepted and ignored), usable in ``rewards:`` by name, from Python, and through
 ``rlhooks.plugins.rewards.verl_adapter.compute_score`` as verl's custom reward function.
-Each carries ``reward_range = (low, high)``, which the reward monitor uses for coverage.
+Each carries ``reward_range = (low, high)``, which the reward monitor uses for coverage, and a
+``score_batch(responses, targets)`` that scores each distinct (response, target) pair once (the
+functions are pure; a simulated group often repeats one response 8 times).
 
 Scoring rules (pinned by tests/rewards/test_functions.py):
 
@@ -32,7 +34,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 __all__ = [
     "format_exact", "format_approx", "check_answer", "check_numbers", "BUILTIN_FUNCTIONS", "extract_answer",
@@ -169,6 +174,47 @@ def check_numbers(response: str, target: str, **info: Any) -> float:
 
 
 check_numbers.reward_range = (0.0, 1.5)  # type: ignore[attr-defined]
+
+
+def _distinct_pairs(responses: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(first row of each distinct (response, target) pair, each row's pair number), hashed in Arrow;
+    None unless every response and target is text (a number target keeps its own per-row meaning;
+    UTF-8 bytes hash as the text they decode to, which is what the functions score)."""
+    import pyarrow as pa  # here: importing the functions (verl's reward workers) stays light
+
+    try:
+        r = pa.array(responses, type=pa.string(), from_pandas=False)
+        t = pa.array(targets, type=pa.string(), from_pandas=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+    if r.null_count or t.null_count:  # None: the per-row call raises, the pipeline isolates that row
+        return None
+    rc = r.dictionary_encode().indices.to_numpy().astype(np.int64)
+    tc = t.dictionary_encode().indices.to_numpy().astype(np.int64)
+    _, first, inverse = np.unique(rc * (int(tc.max()) + 1) + tc, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
+
+
+def _score_distinct(fn: Callable[..., float]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    def score_batch(responses: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        responses = np.asarray(responses, dtype=object)
+        targets = np.asarray(targets, dtype=object)
+        if not len(responses):
+            return np.zeros(0)
+        pairs = _distinct_pairs(responses, targets)
+        if pairs is None:
+            return np.fromiter((fn(r, t) for r, t in zip(responses.tolist(), targets.tolist())), np.float64, len(responses))
+        first, inverse = pairs
+        values = np.fromiter((fn(responses[i], targets[i]) for i in first.tolist()), np.float64, len(first))
+        return values[inverse]
+
+    score_batch.__doc__ = f"{fn.__name__} per row, each distinct (response, target) pair scored once."
+    return score_batch
+
+
+for _fn in (format_exact, format_approx, check_answer, check_numbers):
+    _fn.score_batch = _score_distinct(_fn)  # type: ignore[attr-defined]
+
 
 #: name -> function, in the order the verl adapter applies them by default
 BUILTIN_FUNCTIONS = {
