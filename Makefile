@@ -31,8 +31,11 @@ setup-test: $(VENV)/.stamp-test
 demo: setup
 	$(VENV)/bin/rlhooks simulate
 
+# test processes (pytest-xdist); each imports torch and verl, so not one per core on a large machine
+TEST_WORKERS ?= 2
+
 test: setup-test
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 # the long checks left out of `make test` (20,000-step soak, end-to-end CLI runs); CI runs them
 test-slow: setup-test

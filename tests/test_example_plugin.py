@@ -1,10 +1,12 @@
-"""The example third-party plugin package, pip-installed for real into this environment.
+"""The example third-party plugin package, pip-installed for real.
 
-The session fixture installs examples/rlhooks-example-plugin (non-editable, no deps, no build
-isolation: setuptools comes from the venv) and uninstalls it at the end. Then: its entry points
-are visible, a YAML config enabling it by name runs it (its CSV file is read back), the CLI
-lists it, and its own contract tests pass in a pytest subprocess (which needs rlhooks' pytest11
-plugin to load).
+The session fixture pip-installs examples/rlhooks-example-plugin (non-editable, no deps, no build
+isolation: setuptools comes from the venv) into a temporary site directory that this process puts
+on ``sys.path`` and the subprocesses get on ``PYTHONPATH``: entry points are found exactly as from
+site-packages, and the venv itself is never changed (so tests running in parallel never see a
+half-installed package). Then: its entry points are visible, a YAML config enabling it by name
+runs it (its CSV file is read back), the CLI lists it, and its own contract tests pass in a pytest
+subprocess (which needs rlhooks' pytest11 plugin to load).
 """
 
 from __future__ import annotations
@@ -39,41 +41,47 @@ def _pip(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+#: the site directory the example plugin is installed into (set by the ``installed`` fixture)
+_SITE: list[Path] = []
+
+
+def _env() -> dict[str, str]:
+    """The environment of a subprocess that must see the installed example plugin."""
+    path = [str(p) for p in _SITE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+
+
 @pytest.fixture(scope="session")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[md.Distribution]:
     pytest.importorskip("setuptools", reason="the example package builds with the venv's setuptools")
-    was_installed = _installed_version() is not None
     # Build from a copy so no build/ or egg-info lands in the checkout.
     src = tmp_path_factory.mktemp("example-src") / PACKAGE.name
     import shutil
 
     shutil.copytree(PACKAGE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".pytest_cache"))
-    res = _pip("install", "--no-deps", "--no-build-isolation", "--force-reinstall", str(src))
+    site = tmp_path_factory.mktemp("example-site")
+    res = _pip("install", "--no-deps", "--no-build-isolation", "--target", str(site), str(src))
     assert res.returncode == 0, f"pip install of the example plugin failed:\n{res.stdout}\n{res.stderr}"
-    importlib.invalidate_caches()  # the new package directory must be seen by this process
+    path = pytest.MonkeyPatch()
+    path.syspath_prepend(str(site))  # also invalidates the import caches
+    _SITE.append(site)
     try:
         yield md.distribution(DIST)
     finally:
-        if not was_installed:
-            res = _pip("uninstall", "-y", DIST)
-            assert res.returncode == 0, f"pip uninstall of the example plugin failed:\n{res.stderr}"
-            importlib.invalidate_caches()
-
-
-def _installed_version() -> str | None:
-    try:
-        return md.version(DIST)
-    except md.PackageNotFoundError:
-        return None
+        path.undo()
+        _SITE.remove(site)
+        for name in [m for m in sys.modules if m == "rlhooks_example" or m.startswith("rlhooks_example.")]:
+            del sys.modules[name]
+        importlib.invalidate_caches()
 
 
 def test_entry_points_are_visible(installed: md.Distribution) -> None:
     eps = {(ep.group, ep.name): ep.value for ep in installed.entry_points}
     assert eps[("rlhooks.backends", "csv")] == "rlhooks_example.csv_backend:CsvBackend"
     assert eps[("rlhooks.rewards", "length_penalty")] == "rlhooks_example.rewards:LengthPenalty"
-    # installed for real: the module comes from site-packages, not from the checkout
+    # installed for real: the module comes from the install's site directory, not from the checkout
     mod = importlib.import_module("rlhooks_example")
-    assert "site-packages" in str(mod.__file__) and str(PACKAGE) not in str(mod.__file__)
+    assert Path(mod.__file__).is_relative_to(_SITE[0]) and str(PACKAGE) not in str(mod.__file__)
     reg = rlhooks.host.Registry()
     info = reg.info("backend", "csv")
     assert (info.dist, info.version) == (DIST, "0.1.0")
@@ -148,16 +156,16 @@ def test_enabled_by_name_from_yaml_runs(installed: md.Distribution, tmp_path: Pa
 def test_config_check_cli_accepts_it(installed: md.Distribution, tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("backends: [{name: csv, flush_every: 3}]\nrewards: [length_penalty]\n")
-    res = subprocess.run([str(BIN / "rlhooks"), "config", "check", str(cfg)], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([str(BIN / "rlhooks"), "config", "check", str(cfg)], capture_output=True, text=True, timeout=60, env=_env())
     assert res.returncode == 0, res.stderr
     assert "csv" in res.stdout and "flush_every: 3" in res.stdout and "max_chars: 2000" in res.stdout
     cfg.write_text("backends: [{name: csv, flush_evry: 3}]\n")
-    res = subprocess.run([str(BIN / "rlhooks"), "config", "check", str(cfg)], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([str(BIN / "rlhooks"), "config", "check", str(cfg)], capture_output=True, text=True, timeout=60, env=_env())
     assert res.returncode != 0 and "backends[0] (csv): option 'flush_evry' is not known; did you mean 'flush_every'?" in res.stderr
 
 
 def test_plugins_list_shows_it(installed: md.Distribution) -> None:
-    res = subprocess.run([str(BIN / "rlhooks"), "plugins", "list", "--json"], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([str(BIN / "rlhooks"), "plugins", "list", "--json"], capture_output=True, text=True, timeout=60, env=_env())
     assert res.returncode == 0, res.stderr
     rows = {(r["kind"], r["name"]): r for r in json.loads(res.stdout)}
     csv_row = rows[("backend", "csv")]
@@ -168,7 +176,7 @@ def test_plugins_list_shows_it(installed: md.Distribution) -> None:
 
 def test_its_own_contract_tests_pass(installed: md.Distribution, tmp_path: Path) -> None:
     """Its tests subclass the kit's contracts and use the rlhooks_run_factory fixture: pytest11 must load."""
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {**_env(), "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "bt"),

@@ -106,7 +106,8 @@ class Registry:
             seen: set[tuple[str, str, str]] = set()
             for ep in md.entry_points(group=group):
                 dist = getattr(ep, "dist", None)
-                dname = dist.metadata["Name"] if dist is not None else "<unknown>"
+                # a distribution half-written by pip (or left so by an interrupted install) has no name
+                dname = (dist.metadata["Name"] if dist is not None else None) or "<unknown>"
                 dver = dist.version if dist is not None else "?"
                 key = (_norm(dname), ep.name, ep.value)
                 if key in seen:  # the same distribution seen twice on sys.path

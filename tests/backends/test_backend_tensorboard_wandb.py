@@ -205,3 +205,21 @@ def test_wandb_incremental_table_rotates_to_bound_memory(tmp_path: Path, monkeyp
                                 key=lambda p: int(p.name.split("_")[-2]))
             for row in json.loads(f.read_text())["data"]]
     assert [r[:2] for r in rows] == [[s, i] for s in range(1, 6) for i in (0, 1)]  # no row lost
+
+
+def test_wandb_chart_values_are_bounded_and_evenly_thinned(tmp_path: Path) -> None:
+    # the custom charts keep each charted key's values in memory: a multi-day run must not grow it
+    cfg = rlhooks.host.load_config({"run": {"name": "charts"}, "backends": [
+        {"name": "wandb", "mode": "disabled", "chart_points": 100}]})
+    m = rlhooks.host.RunManager(cfg, run_dir=tmp_path / "run")
+    backend = m.components[0].obj
+    with m.running():
+        for step in range(1, 10_001):
+            m.log_metrics(step, {"rewards/functions/check_answer": step * 0.5, "not/charted": 1.0})
+        assert dispatch.flush_all(60)
+    (series,) = backend.chart_series()["reward_breakdown"].values()
+    steps, values = series
+    assert len(steps) <= 101 and steps[0] == 1 and steps[-1] == 10_000  # bounded; ends at the last step
+    gaps = np.diff(steps[:-1])
+    assert len(set(gaps.tolist())) == 1 and len(steps) > 50  # evenly spread, not just truncated
+    assert values == [s * 0.5 for s in steps]

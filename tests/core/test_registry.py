@@ -123,3 +123,17 @@ def test_plugins_list_cli_shows_third_party_and_broken(third_party):
     assert rows["broken_one"]["status"] == "broken" and "ModuleNotFoundError" in rows["broken_one"]["error"]
     assert rows["shared_name"]["status"].startswith("duplicate:")
     assert rows["jsonl"]["distribution"] == "rlhooks"
+
+
+def test_half_installed_distribution_without_metadata_does_not_break_discovery(tmp_path, monkeypatch):
+    # what an interrupted (or concurrent) pip install leaves: a .dist-info with entry points, no METADATA
+    info = tmp_path / "half_done-0.1.dist-info"
+    info.mkdir()
+    (info / "entry_points.txt").write_text("[rlhooks.backends]\nhalf_done = half_done_module:Backend\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = Registry()
+    entry = reg.info("backend", "half_done")
+    assert entry.dist == "<unknown>"
+    assert "console" in reg.names("backend")  # the rest of discovery went on
+    with pytest.raises(BrokenPluginError, match="half_done_module"):
+        reg.resolve("backend", "half_done")

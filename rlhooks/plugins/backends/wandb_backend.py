@@ -12,7 +12,9 @@
 * the reward_monitoring document's custom charts (``CHARTS``), as W&B line-series custom charts
   under ``charts/<name>``: reward breakdown per function, quality metrics, training dynamics,
   alerts (anomaly detection) and contributions. They are drawn from the values logged so far,
-  at run end and every ``chart_every`` steps (0: run end only).
+  at run end and every ``chart_every`` steps (0: run end only). Each charted key keeps at most
+  ``chart_points`` points in memory (evenly thinned as the run grows), so a multi-day run's chart
+  data stays bounded; W&B's own run charts keep every logged value.
 
 Table columns: a table's columns are fixed by the rows of its first call (union of their keys,
 in first-seen order) plus a last column ``_extra``. A later row without a column gets None
@@ -57,6 +59,38 @@ _CHART_RX = {name: re.compile(rx) for name, (_title, rx) in CHARTS.items()}
 
 
 @attrs.define
+class _ChartSeries:
+    """One charted key's points, at most ``limit`` plus the latest: when full, every other point is
+    dropped and only every ``stride``-th later value is kept, so the points stay evenly spread
+    over the run. The latest value is always drawn, so a chart ends where the run is."""
+
+    limit: int
+    steps: array = attrs.field(factory=lambda: array("q"))
+    values: array = attrs.field(factory=lambda: array("d"))
+    stride: int = 1
+    seen: int = 0
+    latest: tuple[int, float] | None = None
+
+    def add(self, step: int, value: float) -> None:
+        self.seen += 1
+        self.latest = (step, value)
+        if (self.seen - 1) % self.stride:
+            return
+        self.steps.append(step)
+        self.values.append(value)
+        if len(self.steps) > self.limit:
+            self.steps, self.values = self.steps[::2], self.values[::2]
+            self.stride *= 2
+
+    def points(self) -> tuple[list[int], list[float]]:
+        steps, values = self.steps.tolist(), self.values.tolist()
+        if self.latest is not None and (not steps or steps[-1] != self.latest[0]):
+            steps.append(self.latest[0])
+            values.append(self.latest[1])
+        return steps, values
+
+
+@attrs.define
 class _TableState:
     columns: list[str]
     table: Any = None  # the incremental wandb.Table, when used
@@ -94,6 +128,8 @@ class WandbBackend:
         charts: bool = True
         #: ...and every this many steps as well (0 = at run end only)
         chart_every: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+        #: points kept per charted key (memory bound on long runs; thinned evenly past it)
+        chart_points: int = attrs.field(default=2_000, validator=attrs.validators.ge(2))
 
     def __init__(self, options: Options | None = None) -> None:
         self.options = options if options is not None else self.Options()
@@ -101,7 +137,7 @@ class WandbBackend:
         self._wandb: Any = None
         self._tables: dict[str, _TableState] = {}
         self._incremental = False
-        self._chart_data: dict[str, tuple[array, array]] = {}  # key -> (steps, values) of charted metrics
+        self._chart_data: dict[str, _ChartSeries] = {}  # charted metric key -> its kept points
         self._chart_of: dict[str, str | None] = {}  # metric key -> chart name (None: not charted)
         self._last_step: int | None = None
 
@@ -160,15 +196,16 @@ class WandbBackend:
                 chart = self._chart_of[k] = next((n for n, rx in _CHART_RX.items() if rx.search(k)), None)
             if chart is None or not isinstance(v, (int, float)) or v != v:
                 continue
-            steps, values = self._chart_data.setdefault(k, (array("q"), array("d")))
-            steps.append(step)
-            values.append(float(v))
+            series = self._chart_data.get(k)
+            if series is None:
+                series = self._chart_data[k] = _ChartSeries(self.options.chart_points)
+            series.add(step, float(v))
 
     def chart_series(self) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
         """Chart name -> metric key -> (steps, values) kept so far."""
         out: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
-        for k, (steps, values) in sorted(self._chart_data.items()):
-            out.setdefault(self._chart_of[k], {})[k] = (steps.tolist(), values.tolist())  # type: ignore[index]
+        for k, series in sorted(self._chart_data.items()):
+            out.setdefault(self._chart_of[k], {})[k] = series.points()  # type: ignore[index]
         return out
 
     def _log_charts(self, step: int) -> None:
