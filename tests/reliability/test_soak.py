@@ -122,6 +122,9 @@ def test_soak_memory_flat_lines_equal_steps_no_leaks(steps: int, sim_data, tmp_p
     assert len(monitor.alerts.history) == monitor.alerts.history.maxlen == 1000
     assert all(len(d) <= d.maxlen for d in monitor.alerts._series.values())
     assert monitor.alerts.counts["info"] == steps  # counts are totals, kept as numbers only
+    wandb_backend = next(r.obj for r in engine.manager.components if r.name == "wandb")
+    limit = wandb_backend.options.chart_points
+    assert wandb_backend._chart_data and all(len(s.steps) <= limit for s in wandb_backend._chart_data.values())
     state_size = len(repr(engine.manager.state_dict()))
     assert state_size < 400_000, f"saved state grew to {state_size} characters"
 
