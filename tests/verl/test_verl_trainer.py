@@ -46,7 +46,9 @@ def verl_config(data_file: Path, out: Path, steps: int, rlhooks: dict, *extra: s
         "trainer.logger=[console]", "trainer.val_before_train=false", "trainer.test_freq=-1",
         f"trainer.total_training_steps={steps}", "trainer.total_epochs=3", "trainer.save_freq=2",
         f"trainer.default_local_dir={out / 'ckpt'}", "trainer.use_v1=false", "trainer.device=cpu",
-        "trainer.balance_batch=true", "trainer.experiment_name=shim-test", *extra,
+        "trainer.balance_batch=true", "trainer.experiment_name=shim-test",
+        "actor_rollout_ref.rollout.agent.num_workers=2",  # the stand-in chunks rows over them as verl does
+        *extra,
     ])
     with open_dict(cfg):
         cfg.rlhooks = OmegaConf.create({"run": {"out_dir": str(out / "runs")}, **rlhooks})
@@ -467,14 +469,19 @@ def test_kl_in_reward_follows_the_rlhooks_reward_functions(tmp_path, data_file, 
         torch.testing.assert_close(dp.batch["token_level_rewards"], scores - beta * 0.1 * mask)
 
 
-def test_adaptive_generation_batches_stay_divisible_for_the_rollout_workers(tmp_path, data_file, tokenizer):
-    """run.gen_batch_sizing: adaptive cuts a step's later generation batches to what is missing,
-    in multiples of world_size / gcd(world_size, n) prompts (8 workers, n=4: even sizes)."""
+@pytest.mark.parametrize("world_size, agent_workers", [(8, 2), (2, 8)])
+def test_adaptive_generation_batches_stay_divisible_for_the_rollout_workers(tmp_path, data_file, tokenizer,
+                                                                            world_size, agent_workers):
+    """run.gen_batch_sizing: adaptive cuts a step's later generation batches to what is missing, in
+    multiples of lcm(world_size, agent.num_workers) / gcd(that, n) prompts: with n=4, even sizes for
+    8 rollout workers, and for 2 rollout workers under verl's default 8 agent loop workers (whose
+    DataProto.chunk, in the stand-in as in verl, refuses rows that do not split evenly)."""
     rec = Recorder()
     cfg = verl_config(data_file, tmp_path, 3, {**DAPO, "run": {"out_dir": str(tmp_path / "runs"),
-                                                               "gen_batch_sizing": "adaptive"}}, gen_bs=10)
+                                                               "gen_batch_sizing": "adaptive"}},
+                      f"actor_rollout_ref.rollout.agent.num_workers={agent_workers}", gen_bs=10)
     trainer = make_trainer(cfg, tokenizer, rec)
-    trainer.actor_rollout_wg.world_size = 8
+    trainer.actor_rollout_wg.world_size = world_size
     trainer.fit()
     by_step: dict[int, list[int]] = {}
     for e in rec.of("on_batch_sampled"):
@@ -482,4 +489,5 @@ def test_adaptive_generation_batches_stay_divisible_for_the_rollout_workers(tmp_
     assert all(sizes[0] == 10 for sizes in by_step.values())
     later = [s for sizes in by_step.values() for s in sizes[1:]]
     assert later and all(s % 2 == 0 and s < 10 for s in later), by_step
+    assert any(s % 4 for s in later), by_step  # not merely whole batches: a size the rule had to round
     assert [len(b) for b in trainer.trained] == [TRAIN_BS * N] * 3

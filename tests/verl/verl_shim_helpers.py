@@ -55,13 +55,15 @@ def write_dataset(path: Path, rows: int) -> Path:
 class StandinRollout:
     """async_rollout_manager.generate_sequences: right answers by source, rm_scores like the reward loop."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, num_workers: int = 1):
         self.tok = tokenizer
+        self.num_workers = num_workers  # actor_rollout_ref.rollout.agent.num_workers
         self.calls = 0
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         self.calls += 1
-        gen = prompts
+        # AgentLoopManager splits the rows over its workers with DataProto.chunk, which refuses unequal chunks
+        gen = DataProto.concat(prompts.chunk(self.num_workers))
         b = len(gen)
         pad = self.tok.pad_token_id
         prompt_ids = torch.full((b, PROMPT_LEN), pad, dtype=torch.long)
@@ -139,7 +141,7 @@ class CPUTrainer(RLHooksRayPPOTrainer):
     """The shim with the GPU calls (log-probs, actor update) answered locally."""
 
     def attach_standins(self) -> CPUTrainer:
-        self.async_rollout_manager = StandinRollout(self.tokenizer)
+        self.async_rollout_manager = StandinRollout(self.tokenizer, self.config.actor_rollout_ref.rollout.agent.num_workers)
         self.checkpoint_manager = StandinWeights()
         self.actor_rollout_wg = StandinWorkerGroup()
         self.resource_pool_manager = StandinPools()

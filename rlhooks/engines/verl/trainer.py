@@ -125,9 +125,15 @@ class VerlRollout:
 
     @property
     def prompt_multiple(self) -> int:
-        """Adaptive generation batches are a multiple of this: their n responses split evenly over the rollout workers."""
+        """Adaptive generation batches are a multiple of this: their n responses split evenly over the
+        rollout workers (world size) and over the agent loop workers (``DataProto.chunk`` in
+        ``AgentLoopManager.generate_sequences`` refuses unequal chunks)."""
+        rollout = self.trainer.config.actor_rollout_ref.rollout
         world = int(getattr(self.trainer.actor_rollout_wg, "world_size", 1) or 1)
-        return world // math.gcd(world, int(self.trainer.config.actor_rollout_ref.rollout.n))
+        agent = rollout.get("agent") if hasattr(rollout, "get") else None
+        agent_workers = int((agent.get("num_workers") if agent is not None else None) or 1)
+        rows = math.lcm(world, agent_workers)
+        return rows // math.gcd(rows, int(rollout.n))
 
 
 class RLHooksRayPPOTrainer(RayPPOTrainer):
