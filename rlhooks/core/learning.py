@@ -33,8 +33,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import structlog
 
 from rlhooks.core.batch import INDEX, REWARD, UID, Batch, BatchError
+
+log = structlog.get_logger("rlhooks.learning")
 
 STATE_VERSION = 1
 #: (dtype, fill value) of each per-row array
@@ -231,6 +234,7 @@ class LearningState:
         """Every array, exact (dtype kept), as compressed base64 text: survives pickle, torch.save and JSON."""
         out: dict[str, Any] = {
             "version": STATE_VERSION, "n_rows": self.n_rows, "metric": self.metric, "updates": self.updates,
+            "pass_threshold": self.pass_threshold, "ema_alpha": self.ema_alpha,
             "rows_seen": self.rows_seen,
             "source_seen": self.source_seen.tolist(), "source_learnability": self.source_learnability.tolist(),
         }
@@ -252,9 +256,22 @@ class LearningState:
                 raise ValueError(f"saved learning state array {name!r} has shape {arr.shape}, expected ({self.n_rows},)")
             setattr(self, name, arr.astype(dtype, copy=True))
         seen = np.asarray(state["source_seen"], dtype=np.int64)
-        if len(seen) == len(self.source_seen):
-            self.source_seen = seen.copy()
-            self.source_learnability = np.asarray(state["source_learnability"], dtype=np.float64).copy()
+        if len(seen) != len(self.source_seen):
+            raise ValueError(
+                f"saved learning state has per-source sums for {len(seen)} sources, this run's data has "
+                f"{len(self.source_seen)}; resume with the same dataset"
+            )
+        saved = {"metric": state.get("metric", self.metric), "pass_threshold": state.get("pass_threshold", self.pass_threshold),
+                 "ema_alpha": state.get("ema_alpha", self.ema_alpha)}
+        changed = {k: v for k, v in saved.items() if v != getattr(self, k)}
+        if changed:  # allowed (a user may retune), but the saved EMAs were made under the old settings
+            log.warning(
+                "learning state resumed under other settings than it was saved with; its pass-rate EMAs "
+                "continue from values made under the saved ones",
+                saved=changed, now={k: getattr(self, k) for k in changed},
+            )
+        self.source_seen = seen.copy()
+        self.source_learnability = np.asarray(state["source_learnability"], dtype=np.float64).copy()
         self.updates = int(state.get("updates", 0))
         self.rows_seen = int(state.get("rows_seen", 0))
 

@@ -140,3 +140,18 @@ def test_auto_metric_falls_back_to_reward():
     s = LearningState(2, pass_threshold=1.0)
     s.update(Batch({"uid": np.array([0, 0]), "index": np.array([1, 1]), "reward": np.array([2.0, 2.0])}), 1)
     assert s.zero_var_run[1] == 1
+
+
+def test_resume_on_other_sources_is_an_error_and_other_settings_a_warning():
+    import structlog
+
+    s = LearningState(6, source_codes=np.arange(6) % 3, source_names=("a", "b", "c"))
+    s.update(groups_batch([0, 1], [[1.0, 0.0], [1.0, 1.0]]), 1)
+    with pytest.raises(ValueError, match="3 sources, this run's data has 2; resume with the same dataset"):
+        LearningState(6, source_codes=np.arange(6) % 2, source_names=("a", "b")).load_state_dict(s.state_dict())
+    retuned = LearningState(6, source_codes=np.arange(6) % 3, source_names=("a", "b", "c"), ema_alpha=0.5)
+    with structlog.testing.capture_logs() as logs:
+        retuned.load_state_dict(s.state_dict())
+    (warning,) = [e for e in logs if e["log_level"] == "warning"]
+    assert warning["saved"] == {"ema_alpha": 0.3} and warning["now"] == {"ema_alpha": 0.5}
+    np.testing.assert_array_equal(retuned.source_learnability, s.source_learnability)
