@@ -9,7 +9,11 @@ learnability sampler which rows of a source, are chosen.
     learning state (``RunContext.learning``, core/learning.py); a prompt never sampled counts 0.25
     (the maximum: nothing is known yet). ``level: prompt`` keeps the sources' configured weights
     and, within a source, accepts a candidate drawn from the source's pool with probability
-    ``floor + (1 - floor) * learnability / 0.25`` (rejected candidates wait for the next pass).
+    ``floor + (1 - floor) * learnability / 0.25``. Candidates are taken from the pool in chunks of
+    twice what is still needed (plus 8); the rejected ones, and accepted ones past the batch's need,
+    are used up for this pass and come back in the next one (a pass is a without-replacement sweep
+    of the source, as in the multi-source sampler), so a pass favours learnable rows without ever
+    dropping a row for good.
     ``level: source`` draws rows uniformly and weights sources by ``floor + mean learnability``
     of their rows, clamped to ``max_source_ratio``.
 
@@ -148,7 +152,7 @@ class LearnabilitySampler(MultiSourceSampler):
             u = keyed_uniforms((self.seed, _ACCEPT_SALT, stratum_id(name), self._batch_no, attempt), cand)
             accept = u < floor + (1 - floor) * self.learning.learnability(cand) / UNSEEN_LEARNABILITY
             ok = cand[accept]
-            got.append(ok[:need])
+            got.append(ok[:need])  # accepted ones past the need return with the next pass, like the rejected
             rejected.append(cand[~accept])
             need -= len(got[-1])
             if need <= 0:
