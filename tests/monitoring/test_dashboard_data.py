@@ -70,3 +70,33 @@ def test_runs_sharing_a_name_get_distinct_labels_after_their_run_start(tmp_path)
     assert labels[0] == f"demo ({dirs[0]})" and labels[1] == f"demo ({dirs[1]})"
     label_runs(tails[:1])
     assert tails[0].label == "demo"  # alone, a run is its name
+
+
+def test_blocks_and_chunks_give_the_frame_a_single_read_gives(tmp_path, monkeypatch):
+    """A long run's file is read in blocks and parsed into frames in chunks (bounded memory): lines
+    across block edges, a line longer than a block, metrics that appear late and an unfinished last
+    line give exactly what one read of the whole file gives."""
+    import rlhooks.dashboard.data as data
+
+    f = tmp_path / "metrics.jsonl"
+    lines = [line(kind="run_start", name="long", config={})]
+    for s in range(1, 301):
+        metrics = {"rewards/mean": s / 3, "loss": -s}
+        if s > 250:
+            metrics["late/metric"] = float(s)
+        if s == 123:
+            metrics["padding"] = "x" * 700  # longer than a block: parsed whole, not split
+        lines.append(line(kind="metrics", step=s, metrics=metrics))
+    f.write_text("".join(lines) + '{"kind": "metrics", "step": 301', encoding="utf-8")
+    whole = RunTail(tmp_path)
+    assert whole.refresh()
+    monkeypatch.setattr(data, "READ_BLOCK", 256)
+    monkeypatch.setattr(data, "FRAME_CHUNK", 7)
+    blocks = RunTail(tmp_path)
+    assert blocks.refresh() and not blocks.refresh()
+    pd.testing.assert_frame_equal(blocks.frame, whole.frame, check_like=True)
+    assert blocks.frame["step"].tolist() == list(range(1, 301)) and blocks.last("late/metric") == 300.0
+    assert blocks.frame["late/metric"].isna().sum() == 250 and blocks.name == "long"
+    with f.open("a", encoding="utf-8") as fh:  # the unfinished line completes later
+        fh.write(', "metrics": {"rewards/mean": 1.5}}\n')
+    assert blocks.refresh() and blocks.last_step == 301 and blocks.last("rewards/mean") == 1.5
