@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from rlhooks import factorize
+
 __all__ = [
     "format_exact", "format_approx", "check_answer", "check_numbers", "BUILTIN_FUNCTIONS", "extract_answer",
 ]
@@ -177,21 +179,14 @@ check_numbers.reward_range = (0.0, 1.5)  # type: ignore[attr-defined]
 
 
 def _distinct_pairs(responses: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """(first row of each distinct (response, target) pair, each row's pair number), hashed in Arrow;
-    None unless every response and target is text (a number target keeps its own per-row meaning;
-    UTF-8 bytes hash as the text they decode to, which is what the functions score)."""
-    import pyarrow as pa  # here: importing the functions (verl's reward workers) stays light
-
-    try:
-        r = pa.array(responses, type=pa.string(), from_pandas=False)
-        t = pa.array(targets, type=pa.string(), from_pandas=False)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
+    """(first row of each distinct (response, target) pair, each row's pair number); None unless
+    every response and target is text (a number target keeps its own per-row meaning). A str never
+    equals a non-str, so checking the distinct values' types covers every row."""
+    r_names, r_codes = factorize(responses)
+    t_names, t_codes = factorize(targets)
+    if not all(type(x) is str for x in r_names.tolist()) or not all(type(x) is str for x in t_names.tolist()):
         return None
-    if r.null_count or t.null_count:  # None: the per-row call raises, the pipeline isolates that row
-        return None
-    rc = r.dictionary_encode().indices.to_numpy().astype(np.int64)
-    tc = t.dictionary_encode().indices.to_numpy().astype(np.int64)
-    _, first, inverse = np.unique(rc * (int(tc.max()) + 1) + tc, return_index=True, return_inverse=True)
+    _, first, inverse = np.unique(r_codes * len(t_names) + t_codes, return_index=True, return_inverse=True)
     return first, inverse.reshape(-1)
 
 
