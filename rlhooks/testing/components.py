@@ -66,9 +66,12 @@ class ComponentContract(HookPluginContract):
 
     @pytest.fixture
     def component(self) -> Any:
+        """The class or function the plugin's entry point names; by default ``plugin_class``."""
+        if self.plugin_class is not None:
+            return self.plugin_class
         pytest.fail(
-            f"{type(self).__name__} must provide a `component` fixture returning the class or function "
-            f"the plugin's entry point names"
+            f"{type(self).__name__} must set `plugin_class = <the class>` or provide a `component` fixture "
+            f"returning the class or function the plugin's entry point names"
         )
 
     @pytest.fixture
@@ -311,18 +314,25 @@ def _as_mask(decision: Any, n: int, where: str) -> tuple[np.ndarray, Mapping[str
     return mask, metrics
 
 
+def _checked_select(plugin: Any, factory: Callable[[], Batch], what: str) -> tuple[np.ndarray, Batch, str]:
+    """``plugin.select`` on a fresh batch from ``factory``: (its bool mask, an untouched twin, where);
+    fails when the result is not a mask of the right shape or the batch was mutated."""
+    batch, reference = factory(), factory()
+    where = f"{describe(plugin)}.select"
+    mask, _ = _as_mask(plugin.select(batch), len(reference), where)
+    problems = batch_differences(reference, batch)
+    assert not problems, f"{where} mutated its {what}:\n  " + "\n  ".join(problems)
+    return mask, reference, where
+
+
 class FilterContract(ComponentContract):
     """Filters: group-consistent bool masks, read-only batches, empty/single/single-response inputs, determinism."""
 
     kind: ClassVar[str] = "filter"
 
     def _select(self, plugin: Any, factory: Callable[[], Batch]) -> np.ndarray:
-        batch, reference = factory(), factory()
-        where = f"{describe(plugin)}.select"
-        mask, _ = _as_mask(plugin.select(batch), len(reference), where)
-        problems = batch_differences(reference, batch)
-        assert not problems, f"{where} mutated its batch:\n  " + "\n  ".join(problems)
-        if len(batch):
+        mask, reference, where = _checked_select(plugin, factory, "batch")
+        if len(reference):
             g = reference.groups
             kept = g.sum(mask)
             partial = np.flatnonzero((kept > 0) & (kept < g.sizes))
@@ -389,12 +399,7 @@ class PromptFilterContract(ComponentContract):
         return make
 
     def _select(self, plugin: Any, factory: Callable[[], Batch]) -> np.ndarray:
-        batch, reference = factory(), factory()
-        where = f"{describe(plugin)}.select"
-        mask, _ = _as_mask(plugin.select(batch), len(reference), where)
-        problems = batch_differences(reference, batch)
-        assert not problems, f"{where} mutated its prompt batch:\n  " + "\n  ".join(problems)
-        return mask
+        return _checked_select(plugin, factory, "prompt batch")[0]
 
     def test_prompt_filter_has_select(self, plugin: Any) -> None:
         assert callable(getattr(plugin, "select", None)), f"{describe(plugin)} has no select(batch) method"

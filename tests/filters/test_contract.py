@@ -12,20 +12,12 @@ class TestDapoContract(FilterContract):
     plugin_class = DapoGroupFilter
 
     @pytest.fixture
-    def component(self):
-        return DapoGroupFilter
-
-    @pytest.fixture
     def entry_point_name(self):
         return "dapo"
 
 
 class TestDapoBandPassContract(FilterContract):
     plugin_class = DapoGroupFilter
-
-    @pytest.fixture
-    def component(self):
-        return DapoGroupFilter
 
     @pytest.fixture
     def component_options(self):

@@ -16,10 +16,6 @@ class TestSelectiveRolloutContract(PromptFilterContract):
     plugin_class = SelectiveRollout
 
     @pytest.fixture
-    def component(self):
-        return SelectiveRollout
-
-    @pytest.fixture
     def component_options(self):
         return {"p_easy": 0.4, "seed": 3}
 

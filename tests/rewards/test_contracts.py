@@ -40,10 +40,6 @@ class TestSourceMetricsContract(ComponentContract):
     plugin_class = SourceMetrics
 
     @pytest.fixture
-    def component(self):
-        return SourceMetrics
-
-    @pytest.fixture
     def entry_point_name(self):
         return "source_metrics"
 
@@ -51,10 +47,6 @@ class TestSourceMetricsContract(ComponentContract):
 class TestRewardMonitorContract(ComponentContract):
     kind = "reward"
     plugin_class = RewardMonitor
-
-    @pytest.fixture
-    def component(self):
-        return RewardMonitor
 
     @pytest.fixture
     def component_options(self):

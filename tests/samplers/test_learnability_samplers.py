@@ -18,10 +18,6 @@ class TestLearnabilityPromptContract(SamplerContract):
     plugin_class = LearnabilitySampler
 
     @pytest.fixture
-    def component(self):
-        return LearnabilitySampler
-
-    @pytest.fixture
     def component_options(self):
         return {"level": "prompt", "floor": 0.2}
 
@@ -38,10 +34,6 @@ class TestLearnabilitySourceContract(TestLearnabilityPromptContract):
 
 class TestUCBContract(SamplerContract):
     plugin_class = UCBSampler
-
-    @pytest.fixture
-    def component(self):
-        return UCBSampler
 
     @pytest.fixture
     def component_options(self):

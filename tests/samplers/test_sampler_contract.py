@@ -25,10 +25,6 @@ class TestMultiSourceContract(SamplerContract):
     plugin_class = MultiSourceSampler
 
     @pytest.fixture
-    def component(self):
-        return MultiSourceSampler
-
-    @pytest.fixture
     def component_options(self):
         return dict(ADAPTIVE)
 
@@ -41,10 +37,6 @@ class TestTimeCurriculumContract(_CurriculumData, SamplerContract):
     plugin_class = TimeCurriculumSampler
 
     @pytest.fixture
-    def component(self):
-        return TimeCurriculumSampler
-
-    @pytest.fixture
     def component_options(self):
         return {**ADAPTIVE, "complexity_source": CURRICULUM, "complexity_warmup_steps": 3}
 
@@ -55,10 +47,6 @@ class TestTimeCurriculumContract(_CurriculumData, SamplerContract):
 
 class TestRewardCurriculumContract(_CurriculumData, SamplerContract):
     plugin_class = RewardCurriculumSampler
-
-    @pytest.fixture
-    def component(self):
-        return RewardCurriculumSampler
 
     @pytest.fixture
     def component_options(self):
