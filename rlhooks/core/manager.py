@@ -500,7 +500,10 @@ class RunManager:
                 if self.learning is None:
                     log.warning("saved learning state ignored: this run has no dataset attached yet")
                     continue
-                self.learning.load_state_dict(sub["learning"])
+                try:
+                    self.learning.load_state_dict(sub["learning"])
+                except ValueError as exc:  # another dataset: an rlhooks error the CLIs report without a traceback
+                    raise RLHooksError(f"cannot resume the prompt-level learning state ({LEARNING_KEY}): {exc}") from None
                 self.prompt_stage.load_state_dict(sub.get("prompt_stage", {}))
                 continue
             rec = by_path.get(path)

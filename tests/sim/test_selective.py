@@ -262,3 +262,16 @@ def test_readme_adaptive_sizing_matches_adaptive_size():
     assert "`ceil(groups still needed / kept ratio so far × 1.25)`" in readme and "`gen_batch_size / 6`" in readme
     assert adaptive_size(384, needed_groups=10, kept_groups=300, generated_groups=384) == 64  # floor 384 / 6
     assert adaptive_size(384, needed_groups=90, kept_groups=100, generated_groups=300) == 338  # ceil(90 / (1/3) * 1.25)
+
+
+def test_resume_on_other_data_is_an_rlhooks_error_naming_the_learning_state(tiny_data, small_data, tmp_path):
+    import pytest
+
+    from rlhooks.core.errors import RLHooksError
+
+    cfg = small_config(tmp_path, **SELECTIVE, run={"steps": 1})
+    first, _ = run(cfg, tiny_data, tmp_path / "a")
+    config = load_sim_config(cfg)
+    other = SimEngine(config, small_data, manager=RunManager(config, run_dir=tmp_path / "b"))
+    with pytest.raises(RLHooksError, match=r"cannot resume the prompt-level learning state .*240 rows.*1200.*same dataset"):
+        other.manager.load_state_dict(first.state_dict()["manager"])
