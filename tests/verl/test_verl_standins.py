@@ -29,7 +29,7 @@ from verl import DataProto  # noqa: E402
 from verl.checkpoint_engine import CheckpointEngineManager  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker  # noqa: E402
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer  # noqa: E402
-from verl.workers.engine_workers import ActorRolloutRefWorker  # noqa: E402
+from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker  # noqa: E402
 
 pytestmark = pytest.mark.verl
 
@@ -89,9 +89,9 @@ def params(func) -> list[tuple[str, object, object]]:
 
 @pytest.mark.parametrize(("standin", "real"), [
     (StandinRollout.generate_sequences, AgentLoopManager.generate_sequences),
-    (CPUTrainer._compute_old_log_prob, RayPPOTrainer._compute_old_log_prob),
-    (CPUTrainer._compute_ref_log_prob, RayPPOTrainer._compute_ref_log_prob),
-    (CPUTrainer._update_actor, RayPPOTrainer._update_actor),
+    (StandinWorkerGroup.compute_log_prob, ActorRolloutRefWorker.compute_log_prob),
+    (StandinWorkerGroup.compute_ref_log_prob, ActorRolloutRefWorker.compute_ref_log_prob),
+    (StandinWorkerGroup.update_actor, ActorRolloutRefWorker.update_actor),
     (StandinWeights.update_weights, CheckpointEngineManager.update_weights),
     (StandinWeights.sleep_replicas, CheckpointEngineManager.sleep_replicas),
     (StandinWorkerGroup.save_checkpoint, ActorRolloutRefWorker.save_checkpoint),
@@ -142,35 +142,66 @@ def test_generation_standin_returns_the_agent_loop_keys(generated):
         assert generated.batch[key].dtype == torch.int64, key
 
 
-def test_log_prob_standins_return_the_real_keys(generated):
-    trainer = CPUTrainer.__new__(CPUTrainer)  # the stand-ins read only the batch
-    trainer.ref_calls = []
-    out, mfu = trainer._compute_old_log_prob(generated)
-    required = assigned_literal(RayPPOTrainer._compute_old_log_prob, "result")
-    optional = subscript_stores(RayPPOTrainer._compute_old_log_prob, "result")
-    assert required == {"old_log_probs", "entropys"} and "routed_experts" in optional
-    assert required <= set(out.batch.keys()) <= required | optional
-    assert isinstance(mfu, float)
-    assert out.batch["old_log_probs"].shape == generated.batch["responses"].shape
+def _trainer(config_overrides: tuple[str, ...] = ()) -> CPUTrainer:
+    """verl's own trainer methods over the stand-in worker group (no dataloader, no run)."""
+    from rlhooks.engines.verl.main import compose_verl_config
 
-    ref = trainer._compute_ref_log_prob(generated)
-    ref_keys = call_dict_keys(RayPPOTrainer._compute_ref_log_prob, "get_tensordict")
-    assert ref_keys == {"ref_log_prob"} and set(ref.batch.keys()) == ref_keys
-    assert ref.batch["ref_log_prob"].shape == generated.batch["responses"].shape
-
-
-def test_actor_update_standin_returns_the_real_metrics_layout(generated):
     trainer = CPUTrainer.__new__(CPUTrainer)
-    trainer.trained = []
-    generated.batch["advantages"] = torch.zeros(generated.batch["responses"].shape)
-    out = trainer._update_actor(generated)
-    real = RayPPOTrainer._update_actor
-    literals = string_constants(real)
-    assert {"actor/", "perf/mfu/actor", "actor/mfu", "metrics"} <= literals  # rename_dict(..., "actor/"), mfu renamed
-    built = [n for n in ast.walk(_tree(real)) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "from_single_dict"]
-    data_args = [kw.value for n in built for kw in n.keywords if kw.arg == "data"]
-    assert data_args and all(isinstance(v, ast.Dict) and not v.keys for v in data_args)  # data={}: metrics only
-    assert set(out.meta_info) == {"metrics"} and len(out.batch.keys() if out.batch is not None else []) == 0
+    trainer.config = compose_verl_config(["actor_rollout_ref.actor.ppo_mini_batch_size=2", *config_overrides])
+    trainer.ref_in_actor = False
+    trainer.actor_rollout_wg = trainer.ref_policy_wg = StandinWorkerGroup()
+    return trainer
+
+
+def _with_token_counts(batch: DataProto) -> DataProto:
+    batch = batch.select(deepcopy=True)
+    batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
+    return batch
+
+
+def test_worker_standin_emits_mfu_only_with_token_counts_like_the_real_worker():
+    """The rule behind the KL-in-reward crash (KeyError 'mfu'), read from verl's worker: the metric
+    exists only when the batch carries global_token_num; the trainer's log-prob pass reads it."""
+    post = _tree(TrainingWorker._postprocess_output)
+    guarded = [n for n in ast.walk(post) if isinstance(n, ast.If)
+               and "global_token_num" in ast.unparse(n.test) and "mfu" in ast.unparse(n)]
+    assert guarded and "is not None" in ast.unparse(guarded[0].test), "verl changed when the worker emits mfu"
+    assert 'tu.get(data, key="global_token_num")' in inspect.getsource(TrainingWorker.infer_batch)
+    assert '["mfu"]' in inspect.getsource(RayPPOTrainer._compute_old_log_prob)  # read unconditionally
+
+
+def test_log_probs_through_verls_trainer_methods_on_the_standin(generated):
+    trainer = _trainer()
+    with pytest.raises(KeyError, match="mfu"):  # what the real worker does without the token counts
+        trainer._compute_old_log_prob(generated)
+    batch = _with_token_counts(generated)
+    out, mfu = trainer._compute_old_log_prob(batch)  # verl's own method: no-padding in, padding out
+    required = assigned_literal(RayPPOTrainer._compute_old_log_prob, "result")
+    assert required == {"old_log_probs", "entropys"} and required <= set(out.batch.keys())
+    assert isinstance(mfu, float)
+    mask = batch.batch["response_mask"].bool()
+    assert out.batch["old_log_probs"].shape == generated.batch["responses"].shape
+    assert torch.all(out.batch["old_log_probs"][mask] == StandinWorkerGroup.OLD_LOG_PROB)
+    assert torch.all(out.batch["entropys"][mask] == StandinWorkerGroup.ENTROPY)
+
+    ref = trainer._compute_ref_log_prob(batch)
+    assert set(ref.batch.keys()) == call_dict_keys(RayPPOTrainer._compute_ref_log_prob, "get_tensordict") == {"ref_log_prob"}
+    assert torch.all(ref.batch["ref_log_prob"][mask] == StandinWorkerGroup.REF_LOG_PROB)
+    assert trainer.ref_calls == [len(batch)]
+
+
+def test_actor_update_through_verls_trainer_method_on_the_standin(generated):
+    trainer = _trainer()
+    batch = _with_token_counts(generated)
+    batch.batch["advantages"] = torch.ones(batch.batch["responses"].shape)
+    batch.batch["old_log_probs"] = torch.zeros(batch.batch["responses"].shape)
+    out = trainer._update_actor(batch)  # verl's own: pops actor/mfu into perf/mfu/actor
     metrics = out.meta_info["metrics"]
-    assert "perf/mfu/actor" in metrics
+    assert set(out.meta_info) == {"metrics"} and "perf/mfu/actor" in metrics
     assert all(k.startswith("actor/") or k == "perf/mfu/actor" for k in metrics)
+    assert metrics["actor/ppo_kl"] == [StandinWorkerGroup.PPO_KL]
+    assert len(trainer.trained) == 1 and len(trainer.trained[0]) == len(batch)
+    # the real update needs the PPO loss's inputs: the stand-in is not more lenient
+    batch.batch.pop("old_log_probs")
+    with pytest.raises(AssertionError, match="old_log_probs"):
+        trainer._update_actor(batch)

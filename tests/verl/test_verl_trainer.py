@@ -327,7 +327,8 @@ def test_router_replay_r2_r3_conflict_is_verls_error(tmp_path, data_file, tokeni
 
     trainer, batch = _one_generated_batch(RoutedTrainer, tmp_path, data_file, tokenizer)
     assert "old_log_probs" in trainer._policy_log_probs(batch, {}, {}).batch.keys()  # R2 alone is fine
-    batch.batch["routed_experts"] = torch.zeros(batch.batch["responses"].shape, dtype=torch.long)
+    # the rollout's (R3): experts per token of the whole sequence, per layer and top-k
+    batch.batch["routed_experts"] = torch.zeros((*batch.batch["input_ids"].shape, 1, 2), dtype=torch.long)
     with pytest.raises(ValueError, match="conflicting router replay configuration"):
         trainer._policy_log_probs(batch, {}, {})
 

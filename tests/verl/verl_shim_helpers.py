@@ -118,11 +118,68 @@ class StandinWeights:
 
 
 class StandinWorkerGroup:
-    """actor_rollout_wg: saves and loads a marker file where the actor checkpoint would go."""
+    """actor_rollout_wg (also ref_policy_wg, as verl's combined ActorRolloutRef group): the methods of
+    ``ActorRolloutRefWorker`` the trainer calls, without a model, following the real worker's rules so
+    that verl's own ``_compute_old_log_prob`` / ``_compute_ref_log_prob`` / ``_update_actor`` run on them:
+
+    - input in verl's no-padding layout (nested ``input_ids``), outputs as nested per-token tensors that
+      ``no_padding_2_padding`` slices back;
+    - ``entropy`` only when ``calculate_entropy`` is set;
+    - ``metrics["mfu"]`` only when the batch carries ``global_token_num`` (``TrainingWorker._postprocess_output``;
+      the update computes its own per mini-batch, as ``train_mini_batch`` does).
+
+    Log-probs are constant: old -1.0, reference -1.1, so the "kl" estimator gives 0.1 per valid token.
+    """
+
+    OLD_LOG_PROB, REF_LOG_PROB, ENTROPY, PPO_KL = -1.0, -1.1, 0.5, 0.01
 
     def __init__(self):
         self._dispatch_info = {"actor": [0]}  # one data-parallel rank, for verl's _balance_batch
+        self.world_size = 1
         self.loaded: list[str] = []
+        self.ref_calls: list[int] = []
+        self.trained: list = []  # the TensorDicts of each update_actor call
+
+    def compute_log_prob(self, data):
+        return self._infer(data, self.OLD_LOG_PROB)
+
+    def compute_ref_log_prob(self, data):
+        self.ref_calls.append(int(data.batch_size[0]))
+        return self._infer(data, self.REF_LOG_PROB)
+
+    def update_actor(self, data):
+        from verl.utils import tensordict_utils as tu
+
+        mini_batch_size = tu.pop(data, key="mini_batch_size", default=None)
+        num_mini_batch = tu.pop(data, key="num_mini_batch", default=None)
+        assert mini_batch_size is not None or num_mini_batch is not None  # train_mini_batch's rule
+        assert data["input_ids"].is_nested, "update_actor takes verl's no-padding layout"
+        for key in ("old_log_probs", "advantages", "response_mask"):  # what the PPO loss reads
+            assert key in data.keys(), f"update_actor needs {key!r}"
+        self.trained.append(data)
+        adv = data["advantages"]
+        metrics = {"actor/pg_loss": [float(adv.abs().mean())], "actor/ppo_kl": [self.PPO_KL],
+                   "loss": 0.0, "mfu": 0.0}
+        return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": metrics})
+
+    def _infer(self, data, value: float):
+        from verl.utils import tensordict_utils as tu
+
+        input_ids = data["input_ids"]
+        assert input_ids.is_nested, "the log-prob pass takes verl's no-padding layout (left_right_2_no_padding)"
+        offsets = input_ids.offsets()
+        tokens = int(offsets[-1])
+
+        def per_token(v: float):
+            return torch.nested.nested_tensor_from_jagged(torch.full((tokens,), v), offsets=offsets)
+
+        output = {"log_probs": per_token(value)}
+        if tu.get(data, "calculate_entropy", default=False):
+            output["entropy"] = per_token(self.ENTROPY)
+        metrics = {"loss": 0.0}
+        if tu.get(data, "global_token_num") is not None:
+            metrics["mfu"] = 0.0
+        return tu.get_tensordict(tensor_dict=output, non_tensor_dict={"metrics": metrics})
 
     def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
         os.makedirs(local_path, exist_ok=True)
@@ -138,35 +195,32 @@ class StandinPools:
 
 
 class CPUTrainer(RLHooksRayPPOTrainer):
-    """The shim with the GPU calls (log-probs, actor update) answered locally."""
+    """The shim with the model's work (generation, log-probs, actor update) answered by stand-ins at
+    the worker level; verl's trainer methods around them are verl's own."""
 
     def attach_standins(self) -> CPUTrainer:
         self.async_rollout_manager = StandinRollout(self.tokenizer, self.config.actor_rollout_ref.rollout.agent.num_workers)
         self.checkpoint_manager = StandinWeights()
-        self.actor_rollout_wg = StandinWorkerGroup()
+        self.actor_rollout_wg = self.ref_policy_wg = StandinWorkerGroup()
         self.resource_pool_manager = StandinPools()
-        self.trained: list[DataProto] = []
-        self.ref_calls: list[int] = []
         return self
 
-    def _compute_old_log_prob(self, batch: DataProto):
-        shape = batch.batch["responses"].shape
-        out = DataProto.from_single_dict({"old_log_probs": torch.full(shape, -1.0), "entropys": torch.full(shape, 0.5)})
-        return out, 0.0
+    @property
+    def ref_calls(self) -> list[int]:
+        return self.actor_rollout_wg.ref_calls
 
-    def _compute_ref_log_prob(self, batch: DataProto) -> DataProto:
-        # 0.1 below the old log-probs on every token: the "kl" estimator gives 0.1 per valid token
-        self.ref_calls.append(len(batch))
-        shape = batch.batch["responses"].shape
-        return DataProto.from_single_dict({"ref_log_prob": torch.full(shape, -1.1)})
+    @property
+    def trained(self) -> list[DataProto]:
+        """The batches of each actor update, back in verl's padded layout (as trained rows)."""
+        return [_padded(td) for td in self.actor_rollout_wg.trained]
 
-    def _update_actor(self, batch: DataProto) -> DataProto:
-        self.trained.append(batch)
-        adv = batch.batch["advantages"]
-        return DataProto.from_single_dict(
-            data={}, meta_info={"metrics": {"actor/pg_loss": float(adv.abs().mean()), "actor/ppo_kl": 0.01,
-                                           "perf/mfu/actor": 0.0}}
-        )
+
+def _padded(td) -> DataProto:
+    """A trained TensorDict as a DataProto of its fixed-shape tensors and non-tensor columns."""
+    tensors = {k: v for k, v in td.items() if isinstance(v, torch.Tensor) and not v.is_nested}
+    non_tensors = {k: np.asarray(td.get(k).tolist(), dtype=object) for k in td.keys()
+                   if k in ("uid", "data_source", "rlhooks_traj", "rlhooks_sample_id", "rlhooks_row")}
+    return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
 
 
 class StepSampler(Sampler):

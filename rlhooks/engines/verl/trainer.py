@@ -382,11 +382,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
     def _train_on(self, batch: DataProto, metrics: dict, timing_raw: dict, is_last_step: bool) -> DataProto:
         if self.config.trainer.balance_batch:
             self._balance_batch(batch, metrics=metrics)
-        batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
-        batch.meta_info["images_seqlens"] = [
-            s for mm in batch.non_tensor_batch.get("multi_modal_inputs", ()) if "image_grid_thw" in mm
-            for s in mm["images_seqlens"].tolist()
-        ]
+        _set_token_counts(batch)  # of the trained batch (concatenated, trimmed, balanced): throughput metrics
         batch = self._log_probs(batch, metrics, timing_raw)
         with marked_timer("adv", timing_raw, color="brown"):
             batch = self._advantages(batch, metrics)
@@ -425,6 +421,9 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
 
     def _policy_log_probs(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
         """Old (proximal) log-probs, or the rollout's in bypass mode, and the reference log-probs."""
+        # verl's actor worker emits the "mfu" metric that _compute_old_log_prob reads only for a batch
+        # carrying its token counts (TrainingWorker._postprocess_output); per generation batch too
+        _set_token_counts(batch)
         rollout_corr = self.config.algorithm.get("rollout_correction", None)
         if rollout_corr and rollout_corr.get("bypass_mode", False):
             from verl.trainer.ppo.rollout_corr_helper import apply_bypass_mode
@@ -549,6 +548,15 @@ def _check_verl() -> None:
     elif changed:
         log.warning(f"verl {version}: code the rlhooks trainer restates or calls differs from the reviewed "
                     f"version: {', '.join(changed)}", verl=version)
+
+
+def _set_token_counts(batch: DataProto) -> None:
+    """The meta_info verl's fit() sets before the log-prob pass: tokens per row (and image lengths)."""
+    batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
+    batch.meta_info["images_seqlens"] = [
+        s for mm in batch.non_tensor_batch.get("multi_modal_inputs", ()) if "image_grid_thw" in mm
+        for s in mm["images_seqlens"].tolist()
+    ]
 
 
 def _row_weighted_mean(parts: list[tuple[int, dict[str, Any]]]) -> dict[str, float]:
