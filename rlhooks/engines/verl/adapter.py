@@ -241,9 +241,8 @@ def trajectory_batch(data: DataProto, tokenizer: Any = None, meta: Mapping[str, 
         columns[cols.REWARD] = _np(t["token_level_scores"].sum(-1))
     lazy: dict[str, Callable[[], np.ndarray]] = {}
     mask = t["response_mask"] if "response_mask" in keys else None
-    if "token_level_rewards" in keys:
-        rewards = t["token_level_rewards"]
-        lazy[cols.FINAL_REWARD] = lambda: sequence_sum(rewards)
+    if "token_level_rewards" in keys:  # read when asked: place_rewards assigns a new tensor after this
+        lazy[cols.FINAL_REWARD] = lambda: sequence_sum(data.batch["token_level_rewards"])
     if "advantages" in keys and mask is not None:
         adv, m = t["advantages"], mask
         lazy[cols.ADVANTAGE] = lambda: sequence_mean(adv, m)

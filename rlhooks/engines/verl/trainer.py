@@ -102,19 +102,21 @@ class VerlRollout:
     def place_rewards(self, payload: DataProto, reward: np.ndarray) -> DataProto:
         """The total at each response's last valid token, as verl's reward managers place theirs.
 
-        Written in place: token_level_rewards (without a KL penalty) is the same tensor, and the
-        trajectory Batch's lazy final_reward reads it.
+        Written by assignment only, never in place: under verl's next DataProto (a NeoProto-backed
+        view, verl PR #7557) tensors read from ``.batch`` are copies, so ``copy_``/``add_`` would
+        be lost and rlhooks rewards silently read back as 0.
         """
         scores = payload.batch["token_level_scores"]
         last = (payload.batch["response_mask"].sum(-1).long() - 1).clamp(min=0)
         placed = torch.zeros_like(scores)
         placed[torch.arange(len(payload)), last] = torch.as_tensor(reward, dtype=scores.dtype)
-        final = payload.batch["token_level_rewards"] if "token_level_rewards" in payload.batch.keys() else None
-        if final is not None and final is not scores:
-            # an in-reward KL penalty was already applied (_final_rewards): rewards = scores - beta * kl
-            # is linear in the scores, so shifting by the change of scores keeps the same penalty
-            final.add_(placed - scores)
-        scores.copy_(placed)
+        if self.trainer.config.algorithm.use_kl_in_reward:
+            # the in-reward KL penalty was applied (_final_rewards): rewards = scores - beta * kl is
+            # linear in the scores, so shifting by the change of scores keeps the same penalty
+            payload.batch["token_level_rewards"] = payload.batch["token_level_rewards"] + (placed - scores)
+        else:
+            payload.batch["token_level_rewards"] = placed
+        payload.batch["token_level_scores"] = placed
         return payload
 
     def select(self, payload: DataProto, rows: np.ndarray) -> DataProto:
@@ -351,8 +353,6 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
             if self.use_rm and "rm_scores" not in batch.batch.keys():
                 batch = batch.union(self._compute_reward_colocate(batch))
             reward_tensor, extras = extract_reward(batch)
-            if self.rl.rewards:  # place_rewards overwrites it in place; rm_scores may be the same tensor
-                reward_tensor = reward_tensor.float().clone()
             batch.batch["token_level_scores"] = reward_tensor
             batch.non_tensor_batch.update({k: np.asarray(v) for k, v in extras.items()})
         batch = self._final_rewards(batch, timing_raw)
