@@ -27,10 +27,10 @@ class ConfigIssue:
 class ConfigError(RLHooksError):
     """A config is invalid. ``issues`` lists every problem found, not only the first."""
 
-    def __init__(self, issues: Iterable[ConfigIssue], source: str | None = None):
+    def __init__(self, issues: Iterable[ConfigIssue], source: str | None = None, *, kind: str = "rlhooks config"):
         self.issues = list(issues)
         self.source = source
-        head = f"invalid rlhooks config {source}" if source else "invalid rlhooks config"
+        head = f"invalid {kind} {source}" if source else f"invalid {kind}"
         n = len(self.issues)
         lines = [f"{head}: {n} problem{'s' if n != 1 else ''}"]
         # continuation lines of a multi-line issue stay under their bullet

@@ -67,10 +67,17 @@ def test_verl_style_sampler_maps_onto_the_rlhooks_sampler(tmp_path):
         build_config(str(yaml_file), [])
 
 
+#: what verl's validate_config needs beyond its defaults (no dynamic batch size): the micro batch sizes
+MICRO = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2"]
+
+
 def test_rlhooks_train_dry_run_prints_both_configs(tmp_path, capsys):
     yaml_file = tmp_path / "rlhooks.yaml"
     yaml_file.write_text("filters: [dapo]\n")
     rc = rlhooks_main(["train", "--config", str(yaml_file), "--dry-run", "data.train_batch_size=4",
+                       "actor_rollout_ref.actor.ppo_mini_batch_size=4", *MICRO, "trainer.n_gpus_per_node=1",
+                       "algorithm.adv_estimator=grpo",
                        "actor_rollout_ref.rollout.n=2", "rlhooks.run.on_gen_limit=continue"])
     out = capsys.readouterr().out
     assert rc == 0
@@ -85,21 +92,54 @@ def test_unknown_filter_is_reported_before_ray(tmp_path, capsys):
     assert "filters[0]" in capsys.readouterr().err
 
 
-def test_gpu_smoke_config_passes_verls_own_validation(tmp_path):
-    """scripts/gpu_smoke.yaml must get past verl's validate_config (what `run` checks before Ray)."""
+def test_dry_run_runs_verls_own_validation(tmp_path, capsys):
+    """--dry-run's verdict is the run's: verl's validate_config refuses what the run would refuse,
+    as one error naming the verl keys, not a Hydra traceback."""
+    yaml_file = tmp_path / "rlhooks.yaml"
+    yaml_file.write_text("filters: [dapo]\nverl: {data: {train_batch_size: 4}, trainer: {n_gpus_per_node: 1},\n"
+                         "       algorithm: {adv_estimator: grpo}}\n")
+    assert rlhooks_main(["train", "--config", str(yaml_file), "--dry-run"]) == 1
+    err = capsys.readouterr().err
+    assert f"invalid verl config (from {yaml_file} and the command line): 1 problem" in err
+    assert "validate_config refused" in err and "ppo_micro_batch_size_per_gpu" in err
+    assert "Traceback" not in err
+    assert rlhooks_main(["train", "--config", str(yaml_file), "--dry-run", *MICRO,
+                         "actor_rollout_ref.actor.ppo_mini_batch_size=4"]) == 0
+
+
+def _readme_verl_examples() -> tuple[list[str], list[list[str]]]:
+    """The README's rlhooks YAML blocks with a verl: section, and its `rlhooks train --dry-run` commands."""
+    import re
+    import shlex
     from pathlib import Path
 
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import validate_config
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    yamls = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if re.search(r"^verl:", b, re.M)]
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("#")[0].strip()
+            if line.startswith("rlhooks train --dry-run"):
+                commands.append(shlex.split(line)[3:])
+    return yamls, commands
 
-    smoke = Path(__file__).resolve().parents[2] / "scripts" / "gpu_smoke.yaml"
-    cfg = build_config(str(smoke), [
-        f"data.train_files={tmp_path}/train.parquet", f"data.val_files={tmp_path}/test.parquet",
-        "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct", f"trainer.default_local_dir={tmp_path}/ckpt",
-        f"rlhooks.run.out_dir={tmp_path}/runs", "trainer.total_training_steps=2",
-    ])
-    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-    assert [f.name for f in rlhooks_config(cfg).filters] == ["dapo"]
+
+def test_every_verl_config_in_the_readme_and_scripts_passes_verls_validation(tmp_path):
+    from pathlib import Path
+
+    from rlhooks.engines.verl.main import validate_verl_config
+
+    yamls, commands = _readme_verl_examples()
+    assert yamls and commands, "the README's verl examples moved: point this test at them"
+    files = [tmp_path / f"readme_{i}.yaml" for i in range(len(yamls))]
+    for f, text in zip(files, yamls):
+        f.write_text(text)
+    files.append(Path(__file__).resolve().parents[2] / "scripts" / "gpu_smoke.yaml")
+    for f in files:
+        cfg = build_config(str(f), [])
+        validate_verl_config(cfg, str(f))  # raises ConfigError quoting verl
+    for args in commands:
+        validate_verl_config(build_config(None, args))
 
 
 def test_verl_plugins_entry_point_configures_worker_logging():
@@ -126,7 +166,7 @@ DOC_KEYS = ["algorithm.filter_groups.enable=True", "algorithm.filter_groups.metr
 def test_documents_filter_groups_command_shows_the_dapo_filter(capsys):
     import yaml
 
-    assert rlhooks_main(["train", "--dry-run", *DOC_KEYS]) == 0
+    assert rlhooks_main(["train", "--dry-run", *DOC_KEYS, *MICRO, "algorithm.adv_estimator=grpo"]) == 0
     resolved = yaml.safe_load(capsys.readouterr().out.split("# rlhooks (resolved)")[1])
     assert [(f["name"], f["metric"]) for f in resolved["filters"]] == [("dapo", "acc")]
     assert resolved["run"]["max_num_gen_batches"] == 10

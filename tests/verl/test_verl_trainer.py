@@ -492,3 +492,36 @@ def test_adaptive_generation_batches_stay_divisible_for_the_rollout_workers(tmp_
     assert later and all(s % 2 == 0 and s < 10 for s in later), by_step
     assert any(s % 4 for s in later), by_step  # not merely whole batches: a size the rule had to round
     assert [len(b) for b in trainer.trained] == [TRAIN_BS * N] * 3
+
+
+class _RowsOnly(torch.utils.data.Dataset):
+    """A custom verl dataset (data.custom_cls) that has rows but no HuggingFace ``dataframe``."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __getitem__(self, item):
+        return self.inner[item]
+
+
+def test_a_dataset_without_a_dataframe_trains_unless_a_component_needs_its_columns(tmp_path, data_file, tokenizer):
+    """The dataset check asks for the data_source column only when a sampler or prompt filter reads it."""
+    from rlhooks.core.data import DataError
+
+    def build(rlhooks_block):
+        cfg = verl_config(data_file, tmp_path / str(len(rlhooks_block)), 1, rlhooks_block)
+        dataset = _RowsOnly(RLHFDataset(data_files=cfg.data.train_files, tokenizer=tokenizer, config=cfg.data))
+        return CPUTrainer(config=cfg, tokenizer=tokenizer, role_worker_mapping={Role.ActorRollout: object},
+                          resource_pool_manager=None, train_dataset=dataset, val_dataset=dataset,
+                          collate_fn=collate_fn, rlhooks_plugins=[("recorder", rec)]).attach_standins()
+
+    rec = Recorder()
+    trainer = build(DAPO)
+    trainer.fit()
+    assert rec.events[-1] == ("on_run_end", "success") and rec.logged[1]["filter/trained_groups"] == TRAIN_BS
+    with pytest.raises(DataError, match=r"(?s)the rlhooks sampler 'multi_source' \(sampler\) needs the dataset's "
+                                        r"data_source column.*remove that component"):
+        build({"sampler": {"name": "multi_source"}})

@@ -84,8 +84,9 @@ class RowIndexedDataset(Dataset):
         return getattr(self.inner, name)
 
 
-def dataset_columns(dataset: Any) -> DatasetColumns:
-    """``data_source`` and ``extra_info.complexity_score`` of a verl dataset, without its rows.
+def dataset_columns(dataset: Any, needed_by: str = "an rlhooks sampler") -> DatasetColumns:
+    """``data_source`` and ``extra_info.complexity_score`` of a verl dataset, without its rows
+    (``needed_by``: the configured components that read them, named in errors).
 
     Reads the columns of the dataset's HuggingFace ``dataframe`` as Arrow (after verl's own
     filtering and selection, so positions match what the dataloader indexes).
@@ -98,13 +99,13 @@ def dataset_columns(dataset: Any) -> DatasetColumns:
     origin = f"train dataset {type(inner).__name__} ({', '.join(map(str, getattr(inner, 'data_files', []) or []))})"
     if frame is None or not hasattr(frame, "select_columns"):
         raise DataError(
-            f"{origin}: an rlhooks sampler needs the dataset's data_source column, read from a "
+            f"{origin}: {needed_by} needs the dataset's data_source column, read from a "
             f"HuggingFace `dataframe` attribute (verl's RLHFDataset has one); this dataset has none.\n"
-            f"  Use verl's RLHFDataset (data.custom_cls unset), or drop the `sampler:` section."
+            f"  Use verl's RLHFDataset (data.custom_cls unset), or remove that component from the rlhooks config."
         )
     names = set(frame.column_names)
     if "data_source" not in names:
-        raise DataError(f"{origin}: no 'data_source' column (columns: {', '.join(sorted(names))})")
+        raise DataError(f"{origin}: {needed_by} needs a 'data_source' column (columns: {', '.join(sorted(names))})")
     wanted = ["data_source"] + (["extra_info"] if "extra_info" in names else [])
     table: pa.Table = frame.select_columns(wanted).with_format("arrow")[:]
     if table.num_rows == 0:

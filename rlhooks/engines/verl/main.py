@@ -164,21 +164,38 @@ class _TaskRunner(BaseTaskRunner):
 RLHooksTaskRunner = ray.remote(num_cpus=1)(_TaskRunner)
 
 
-def run(cfg: Any) -> None:
-    """verl's main_ppo for a composed config, with the rlhooks TaskRunner."""
-    from verl.trainer.main_ppo import run_ppo
+def validate_verl_config(cfg: Any, source: str | None = None) -> None:
+    """verl's own ``validate_config``, as its main_ppo runs it before Ray starts (``--dry-run`` too);
+    a refusal is a ConfigError quoting verl, not a traceback."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
     auto_set_device(cfg)
-    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    try:
+        validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    except (AssertionError, ValueError, KeyError, TypeError, OmegaConfBaseException, HydraException) as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise ConfigError([ConfigIssue(
+            VERL_SECTION, f"verl's validate_config refused the verl config: {reason}. Set the verl keys it names "
+            f"(under 'verl:' in the rlhooks YAML, or as key=value overrides on the command line)",
+        )], f"(from {source} and the command line)" if source else "(from the command line)", kind="verl config") from None
+
+
+def run(cfg: Any) -> None:
+    """verl's main_ppo for a composed config, with the rlhooks TaskRunner."""
+    from verl.trainer.main_ppo import run_ppo
+
+    validate_verl_config(cfg)
     run_ppo(cfg, task_runner_class=RLHooksTaskRunner)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     cfg = build_config(args.config, args.overrides, config_dir=args.verl_config_dir,
                        config_name=args.verl_config_name)
+    validate_verl_config(cfg, args.config)  # --dry-run's verdict is the run's
     if args.dry_run:
         from omegaconf import OmegaConf
 

@@ -180,12 +180,17 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         )
         self.rl = RunManager(rlhooks_config(self.config, steps=max(int(steps), 1)), extra_plugins=self._rlhooks_plugins)
         self.driver = StepDriver(self.rl)
-        self.rl.attach_data(adapter.dataset_columns(train_dataset))  # the prompt-level learning state
+        # the prompt-level learning state (dataset columns) only for what reads it: verl alone takes any dataset
+        needs = [f"the rlhooks sampler {c.name!r} ({c.path})" for c in [self.rl.config.sampler] if c is not None]
+        needs += [f"the prompt filter {c.name!r} ({c.path})" for c in self.rl.config.prompt_filters]
+        columns = adapter.dataset_columns(train_dataset, needed_by=" and ".join(needs)) if needs else None
+        if columns is not None:
+            self.rl.attach_data(columns)
         if self.rl.config.sampler is not None:
             if train_sampler is not None:
                 log.info("the rlhooks sampler replaces verl's train sampler", sampler=self.rl.config.sampler.name,
                          replaced=type(train_sampler).__name__)
-            train_sampler = self.rl.build_sampler(adapter.dataset_columns(train_dataset), batch_size=gen_batch_size)
+            train_sampler = self.rl.build_sampler(columns, batch_size=gen_batch_size)
             if self.config.data.get("dataloader_num_workers", 0):
                 log.warning(
                     "data.dataloader_num_workers > 0: the dataloader prefetches, so the sampler draws a few "
