@@ -10,6 +10,9 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 # Installed first, on its own: an unpinned torch (pulled in by verl) would bring CUDA packages.
 TORCH_SPEC ?= torch==2.13.0
+# the verl the test suite runs on: the reviewed one (the [verl] extra allows the next minor for users,
+# whose fingerprints decide at start-up; see README "Use with verl")
+VERL_SPEC ?= verl[verl-core]==0.9.1
 
 .PHONY: demo test test-slow bench bench-quick setup setup-test clean
 
@@ -22,7 +25,7 @@ $(VENV)/.stamp-core: pyproject.toml | $(VENV)/bin/python
 	touch $@
 
 $(VENV)/.stamp-test: pyproject.toml $(VENV)/.stamp-core
-	$(PIP) install --quiet -e ".[test,verl]" "$(TORCH_SPEC)"
+	$(PIP) install --quiet -e ".[test,verl]" "$(TORCH_SPEC)" "$(VERL_SPEC)"
 	touch $@
 
 setup: $(VENV)/.stamp-core

@@ -19,17 +19,36 @@ SHIM = Path(compat.__file__).parent
 
 def test_installed_verl_matches_its_recorded_fingerprint():
     version = compat.installed_verl_version()
-    known, changed = compat.drift(version)
+    known = compat.recorded().get(version)
     assert known is not None, (
         f"no fingerprints recorded for the installed verl {version}: review rlhooks/engines/verl/trainer.py against "
         f"this verl's RayPPOTrainer.fit() and the members in compat.RELIED_ON, then run `{compat.RECORD_COMMAND}`"
     )
+    now = compat.fingerprints()
+    changed = sorted(n for n in set(now) | set(known) if now.get(n) != known.get(n))
     assert not changed, (
         f"verl {version} code the rlhooks trainer restates or calls changed since it was reviewed: {changed}. "
         f"Diff each against the reviewed version, port the change into rlhooks/engines/verl/trainer.py (fit() is "
         f"restated there step by step), then run `{compat.RECORD_COMMAND}`"
     )
-    assert "missing" not in compat.fingerprints().values()
+    assert "missing" not in now.values()
+
+
+def test_fingerprints_cover_what_the_shim_relies_on_outside_self_members():
+    relied = set(compat.RELIED_ON)
+    for name in ("verl.trainer.ppo.ray_trainer:RayPPOTrainer.init_workers",
+                 "verl.experimental.agent_loop.agent_loop:AgentLoopManager.generate_sequences",
+                 "verl.checkpoint_engine:CheckpointEngineManager.update_weights",
+                 "verl.trainer.ppo.metric_utils:compute_data_metrics", "verl.protocol:DataProto.select_idxs"):
+        assert name in relied, name
+    # every verl function the trainer module imports by name is fingerprinted
+    import ast
+
+    tree = ast.parse((SHIM / "trainer.py").read_text())
+    imported = {f"{n.module}:{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                and (n.module or "").startswith("verl.") for a in n.names if a.name[0].islower()}
+    fingerprinted = {q for q in relied}
+    assert imported - fingerprinted - {"verl.trainer.ppo.utils:create_rl_dataset", "verl.utils.debug:marked_timer"} == set()
 
 
 def test_every_verl_member_the_shim_calls_is_fingerprinted():
@@ -46,45 +65,57 @@ def test_every_verl_member_the_shim_calls_is_fingerprinted():
     assert {"fit", "_create_dataloader", "_save_checkpoint", "_load_checkpoint"} <= own  # the overridden ones
 
 
-def test_a_changed_member_is_reported(monkeypatch):
+def test_a_changed_member_is_named_and_refused_unless_opted_in(monkeypatch):
     real = compat.fingerprints()
     name = "verl.trainer.ppo.ray_trainer:RayPPOTrainer.fit"
     monkeypatch.setattr(compat, "fingerprints", lambda: {**real, name: "0" * 16})
-    assert compat.drift()[1] == [name]
+    assert compat.compare(compat.fingerprints()) == ([], "0.9.1", [name])
     assert compat.main([]) == 1
-
-
-@pytest.mark.parametrize("version", ["0.8.5", "0.9.0", "0.10.0", "1.0.0", "not-a-version"])
-def test_unsupported_verl_is_one_clear_error(version, monkeypatch):
     monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
-    with pytest.raises(compat.UnsupportedVerlError, match=rf"verl {re.escape(version)} is installed, but the rlhooks "
-                                                          rf"verl trainer supports verl >=0.9.1,<0.10"):
-        compat.check_verl_version(version)
+    for version in ("0.9.1", "0.10.0"):  # in the tested range or not: the code decides
+        with pytest.raises(compat.UnsupportedVerlError, match=rf"verl {version}: the verl code the rlhooks trainer "
+                                                              rf"relies on differs .*changed since verl 0\.9\.1: {name}"):
+            compat.check_verl(version)
     monkeypatch.setenv(compat.ALLOW_ENV, "1")
-    assert compat.check_verl_version(version) == version  # a warning instead
+    assert compat.check_verl("0.10.0") == "0.10.0"  # a warning instead
 
 
-def test_supported_versions_pass():
-    for version in ("0.9.1", "0.9.2", "0.9.10"):
-        assert compat.check_verl_version(version) == version
-
-
-def test_rlhooks_train_refuses_an_unsupported_verl_at_start(monkeypatch, capsys):
+@pytest.mark.parametrize("version", ["0.9.1", "0.9.2", "0.10.0.dev0", "0.10.0", "1.0.0", "not-a-version"])
+def test_matching_fingerprints_run_whatever_the_version(version, monkeypatch, capsys):
     monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
-    monkeypatch.setattr(compat, "installed_verl_version", lambda: "0.10.2")
+    assert compat.check_verl(version) == version
+    out = "".join(capsys.readouterr())
+    if compat.in_tested_range(version):
+        assert "outside the tested range" not in out
+    else:
+        assert f"verl {version} is outside the tested range >=0.9.1,<0.10" in out and "fingerprints match" in out
+
+
+def test_the_pin_allows_the_next_minor_that_fingerprints_decide():
+    import tomllib
+
+    pyproject = tomllib.loads((SHIM.parents[2] / "pyproject.toml").read_text())
+    assert pyproject["project"]["optional-dependencies"]["verl"] == ["verl[verl-core]>=0.9.1,<0.11"]
+
+
+def test_rlhooks_train_refuses_changed_verl_code_at_start(monkeypatch, capsys):
+    monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
+    real = compat.fingerprints()
+    name = "verl.protocol:DataProto.select_idxs"
+    monkeypatch.setattr(compat, "fingerprints", lambda: {**real, name: "missing"})
     assert rlhooks_main(["train", "--dry-run"]) == 1
     err = capsys.readouterr().err
-    assert "verl 0.10.2 is installed, but the rlhooks verl trainer supports verl >=0.9.1,<0.10" in err
+    assert f"changed since verl 0.9.1: {name}" in err
     assert "Traceback" not in err and "AttributeError" not in err
     monkeypatch.setattr(compat, "installed_verl_version", lambda: None)
     assert rlhooks_main(["train", "--dry-run"]) == 1
     assert "verl is not installed" in capsys.readouterr().err
 
 
-def test_the_trainer_checks_the_version_before_anything_else(monkeypatch):
+def test_the_trainer_checks_verl_before_anything_else(monkeypatch):
     from rlhooks.engines.verl.trainer import RLHooksRayPPOTrainer
 
     monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
-    monkeypatch.setattr(compat, "installed_verl_version", lambda: "0.8.0")
-    with pytest.raises(compat.UnsupportedVerlError, match="supports verl >=0.9.1,<0.10"):
+    monkeypatch.setattr(compat, "fingerprints", lambda: {"verl.trainer.ppo.ray_trainer:RayPPOTrainer.fit": "0" * 16})
+    with pytest.raises(compat.UnsupportedVerlError, match="differs from every reviewed verl"):
         RLHooksRayPPOTrainer(config=None)

@@ -29,9 +29,9 @@ def _train(args: argparse.Namespace) -> int:
         os.environ["RLHOOKS_LOG_JSON"] = "1"
     if getattr(args, "verbose", False):
         os.environ["RLHOOKS_VERBOSE"] = "1"
-    from rlhooks.engines.verl.compat import check_verl_version
+    from rlhooks.engines.verl.compat import check_verl
 
-    check_verl_version()  # before verl is imported: an unsupported verl is one clear error
+    check_verl()  # before the run: verl code that differs from every reviewed version is one clear error
     from rlhooks.engines.verl.main import run_from_args
 
     return run_from_args(args)

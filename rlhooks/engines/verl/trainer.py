@@ -543,16 +543,8 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
 
 
 def _check_verl() -> None:
-    """A supported verl, else one clear error; a warning when the verl code the shim restates changed."""
-    version = compat.check_verl_version()
-    known, changed = compat.drift(version)
-    if known is None:
-        log.warning(f"verl {version} is in the supported range but the shim was not reviewed against it; "
-                    f"run `python -m rlhooks.engines.verl.compat` to see whether the verl code it relies on changed",
-                    verl=version)
-    elif changed:
-        log.warning(f"verl {version}: code the rlhooks trainer restates or calls differs from the reviewed "
-                    f"version: {', '.join(changed)}", verl=version)
+    """The verl code the shim relies on is a reviewed version's (fingerprints), else one clear error."""
+    compat.check_verl()
 
 
 def _set_token_counts(batch: DataProto) -> None:
