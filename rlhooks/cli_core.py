@@ -124,16 +124,12 @@ def cmd_plugins_list(args: argparse.Namespace) -> int:
 
 
 def engine_sections() -> dict[str, Any]:
-    """Sections the engines add to a config: ``simulate:`` (validated here) and ``verl:`` (Hydra
-    overrides, passed through: ``rlhooks train --dry-run`` checks them against verl's config)."""
-    extra: dict[str, Any] = {}
-    try:
-        from rlhooks.engines.sim.engine import SimOptions
+    """Sections the engines add to a config, read as ``rlhooks simulate`` reads them (one verdict):
+    ``simulate:`` (validated here) and ``verl:`` (its keys that rlhooks takes from verl mapped the way
+    ``rlhooks train`` maps them; the whole section is checked against verl by ``rlhooks train --dry-run``)."""
+    from rlhooks.engines.sim.engine import SIM_SECTIONS
 
-        extra["simulate"] = SimOptions
-    except ImportError:  # pragma: no cover - the sim engine ships with rlhooks
-        pass
-    return {"extra_sections": extra, "passthrough": ("verl",)}
+    return dict(SIM_SECTIONS)
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:

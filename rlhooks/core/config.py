@@ -21,7 +21,7 @@ import importlib
 import re
 import types
 import typing
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,11 +47,6 @@ from rlhooks.core.rundir import check_run_name
 def _positive(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
     if value is not None and value <= 0:
         raise ValueError(f"must be > 0, got {value!r}")
-
-
-def _non_negative(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
-    if value < 0:
-        raise ValueError(f"must be >= 0, got {value!r}")
 
 
 def _unit_interval(_inst: Any, attr: attrs.Attribute, value: float) -> None:
@@ -98,8 +93,9 @@ class RunOptions:
     gen_batch_size: int | None = attrs.field(default=None, validator=[_positive, _in_range(1, MAX_BATCH)])
     #: responses per prompt (group size)
     n: int = attrs.field(default=8, validator=[_positive, _in_range(1, MAX_N)])
-    #: generation batches allowed per step before giving up (0 = unlimited)
-    max_num_gen_batches: int = attrs.field(default=10, validator=_non_negative)
+    #: generation batches allowed per step before giving up (0 or negative = unlimited, stored as 0,
+    #: as the dynamic-sampling document and verl's filter_groups have it)
+    max_num_gen_batches: int = attrs.field(default=10, converter=lambda v: max(v, 0) if isinstance(v, int) else v)
     #: at the limit: "raise" (the DAPO recipe's error) or "continue" with the groups kept so far
     on_gen_limit: Literal["raise", "continue"] = "raise"
     #: per-source metrics (source/<name>/...) whenever batches carry data_source: the engines add
@@ -650,6 +646,7 @@ def load_config(
     extra_sections: Mapping[str, type] | None = None,
     passthrough: Iterable[str] = (),
     default_plugins: bool = False,
+    prepare: Callable[[dict[str, Any]], list[ConfigIssue]] | None = None,
 ) -> Config:
     """Load, validate and resolve a config (a YAML path or an already-parsed mapping).
 
@@ -657,6 +654,8 @@ def load_config(
     them; ``passthrough`` names sections kept as they are for an engine to check (e.g. ``verl``).
     ``default_plugins`` (what the engines ask for) adds the plugins a run has unless turned off:
     ``source_metrics`` when ``run.source_metrics`` is true and ``rewards:`` does not list it.
+    ``prepare`` edits the raw mapping in place before validation (an engine section mapped onto the
+    rlhooks sections, e.g. ``verl:``) and returns its issues.
     Raises ConfigError listing every problem found.
     """
     if source is None:
@@ -671,7 +670,8 @@ def load_config(
     raw = apply_overrides(raw, overrides)
     registry = registry if registry is not None else Registry()
     extra_sections = dict(extra_sections or {})
-    issues: list[ConfigIssue] = lift_filter_run_options(raw)
+    issues: list[ConfigIssue] = prepare(raw) if prepare is not None else []
+    issues += lift_filter_run_options(raw)
 
     # Phase 1: the outer shape.
     passthrough = tuple(passthrough)
@@ -680,6 +680,9 @@ def load_config(
         if key not in known:
             close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known sections: {', '.join(known)}"
+            if key in VERL_CONFIG_SECTIONS:
+                hint = (f": it is a section of verl's config; nest it under 'verl:' (verl: {{{key}: ...}}), "
+                        f"which rlhooks train passes to verl")
             issues.append(ConfigIssue(str(key), f"section {key!r} is not known{hint}"))
     # an empty section (``run:`` with nothing under it) is None; any other non-mapping is an error
     run, run_issues = structure_options(RunOptions, _section(raw, "run"), "run", None)
@@ -748,6 +751,13 @@ def _with_source_metrics(run: RunOptions, rewards: tuple[ComponentConfig, ...], 
 
 #: DAPO filter names whose entry may carry run options, as the dynamic-sampling document groups them
 DAPO_FILTER_NAMES = ("dapo", "filter_groups")
+#: the top-level sections of verl's trainer config (ppo_trainer.yaml): in an rlhooks YAML they belong
+#: under ``verl:`` (a test checks the list against verl's composed config)
+VERL_CONFIG_SECTIONS = (
+    "actor_rollout_ref", "algorithm", "critic", "custom_reward_function", "data", "distillation", "global_profiler",
+    "model_engine", "ray_kwargs", "reward", "reward_model", "sandbox_fusion", "skip", "trainer", "transfer_queue",
+)
+
 #: run options accepted on a DAPO filter entry (``filters: [{name: dapo, max_num_gen_batches: 10}]``)
 FILTER_RUN_KEYS = ("max_num_gen_batches",)
 
@@ -773,12 +783,19 @@ def lift_filter_run_options(raw: dict[str, Any]) -> list[ConfigIssue]:
                 continue
             item = dict(item)
             value = item.pop(key)
+            here = f"filters[{i}].{key}"
+            if isinstance(value, bool) or not isinstance(value, int):
+                issues.append(ConfigIssue(here, f"expected an integer (0 or negative = unlimited), got {value!r}"))
+                if isinstance(raw["filters"], list):  # reported once, here, not again as an unknown filter option
+                    raw["filters"][i] = item
+                else:
+                    raw["filters"] = item
+                continue
             run = raw.get("run")
             if run is None:
                 run = raw["run"] = {}
             if not isinstance(run, dict):
                 return issues  # phase 1 reports a malformed run: section
-            here = f"filters[{i}].{key}"
             if key in run and run[key] is not None and run[key] != value:
                 where = origin.get(key, f"run.{key}")
                 issues.append(ConfigIssue(here, f"is {value!r} but {where} is {run[key]!r}; it is one setting "

@@ -87,5 +87,8 @@ class PluginError(RLHooksError):
         super().__init__("\n".join(lines))
 
 
-class GenerationLimitError(RLHooksError):
-    """Dynamic sampling hit max_num_gen_batches before enough groups survived the filters."""
+class GenerationLimitError(RLHooksError, ValueError):
+    """Dynamic sampling hit max_num_gen_batches before enough groups survived the filters.
+
+    A ValueError too: what the DAPO recipe and the dynamic-sampling document raise, so code written
+    for them (``except ValueError``) catches it."""

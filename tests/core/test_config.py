@@ -225,3 +225,22 @@ def test_config_check_knows_engine_sections(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "simulate: option 'rows_per_sourc' is not known; did you mean 'rows_per_source'?" in err
     assert "section 'verll' is not known; did you mean 'verl'?" in err
+
+
+def test_negative_max_num_gen_batches_is_unlimited_and_a_bad_one_is_named_where_set(reg):
+    """The dynamic-sampling document: "0 or negative means unlimited", on run: or on the dapo filter."""
+    assert load_config({"run": {"max_num_gen_batches": -1}}, registry=reg).run.max_num_gen_batches == 0
+    cfg = load_config({"filters": [{"name": "dapo", "metric": "acc", "max_num_gen_batches": -5}]}, registry=reg)
+    assert cfg.run.max_num_gen_batches == 0
+    with pytest.raises(ConfigError) as e:
+        load_config({"filters": [{"name": "dapo", "max_num_gen_batches": "many"}]}, registry=reg)
+    assert [i.path for i in e.value.issues] == ["filters[0].max_num_gen_batches"]
+    assert "0 or negative = unlimited" in str(e.value)
+
+
+def test_verl_sections_at_top_level_say_to_nest_them_under_verl(reg):
+    with pytest.raises(ConfigError) as e:
+        load_config({"algorithm": {"filter_groups": {"enable": True}}, "data": {"train_batch_size": 8}}, registry=reg)
+    messages = {i.path: i.message for i in e.value.issues}
+    assert set(messages) == {"algorithm", "data"}
+    assert "nest it under 'verl:' (verl: {algorithm: ...})" in messages["algorithm"]

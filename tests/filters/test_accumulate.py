@@ -130,6 +130,7 @@ def test_limit_raises_the_recipe_error_with_what_to_change(tmp_path):
     rollout = ScriptedRollout(script)
     with pytest.raises(GenerationLimitError) as e:
         driver.collect(1, rollout)
+    assert isinstance(e.value, ValueError)  # what the recipe and the dynamic-sampling document raise
     msg = str(e.value)
     assert "num_gen_batches=3 >= max_num_gen_batches=3" in msg
     assert "only 3 of 9 generated groups" in msg and "on_gen_limit: continue" in msg

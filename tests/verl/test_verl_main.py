@@ -11,7 +11,7 @@ pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="needs verl[verl-core
 from rlhooks.cli import main as rlhooks_main  # noqa: E402
 from rlhooks.core.errors import ConfigError  # noqa: E402
 from rlhooks.engines.verl.config import rlhooks_config  # noqa: E402
-from rlhooks.engines.verl.main import build_config, split_overrides  # noqa: E402
+from rlhooks.engines.verl.main import build_config, compose_verl_config, split_overrides  # noqa: E402
 
 pytestmark = pytest.mark.verl
 
@@ -228,3 +228,75 @@ def test_source_metrics_on_by_default_under_verl_and_off_by_a_run_option():
     assert off.rewards == () and off.run.source_metrics is False
     listed = rlhooks_config(build_config(None, ["+rlhooks.rewards=[source_metrics]"]))
     assert [c.name for c in listed.rewards] == ["source_metrics"] and listed.rewards[0].path == "rewards[0]"
+
+
+# -- a verl: section means the same to every command (the dynamic-sampling document, items 6-8) -----
+
+DOC_SECTION = """\
+verl:
+  algorithm:
+    filter_groups: {enable: true, metric: acc, max_num_gen_batches: 10}
+  data: {gen_batch_size: 12, train_batch_size: 8}
+  actor_rollout_ref: {rollout: {n: 4}}
+  trainer: {total_training_steps: 2}
+"""
+
+
+@pytest.mark.parametrize("form", ["nested", "overrides"])
+def test_config_check_simulate_and_train_read_a_verl_section_alike(form, tmp_path, capsys):
+    import yaml
+
+    from rlhooks.engines.sim.engine import load_sim_config
+
+    text = DOC_SECTION if form == "nested" else (
+        "verl: [algorithm.filter_groups.enable=true, algorithm.filter_groups.metric=acc,\n"
+        "       algorithm.filter_groups.max_num_gen_batches=10, data.gen_batch_size=12, data.train_batch_size=8,\n"
+        "       actor_rollout_ref.rollout.n=4, trainer.total_training_steps=2]\n")
+    path = tmp_path / "doc.yaml"
+    path.write_text(text)
+    assert rlhooks_main(["config", "check", str(path)]) == 0
+    checked = yaml.safe_load(capsys.readouterr().out)
+    simulated = load_sim_config(str(path))
+    trained = rlhooks_config(build_config(str(path), []))
+    for cfg in (simulated, trained):
+        run = cfg.run
+        assert (run.train_batch_size, run.gen_batch_size, run.n, run.max_num_gen_batches) == (8, 12, 4, 10)
+        assert [(f.name, f.options.metric) for f in cfg.filters] == [("dapo", "acc")]
+    assert simulated.run.steps == trained.run.steps == checked["run"]["steps"] == 2
+    assert {k: checked["run"][k] for k in ("train_batch_size", "gen_batch_size", "n", "max_num_gen_batches")} == {
+        "train_batch_size": 8, "gen_batch_size": 12, "n": 4, "max_num_gen_batches": 10}
+    assert [(f["name"], f["metric"]) for f in checked["filters"]] == [("dapo", "acc")]
+
+
+def test_simulate_runs_a_config_with_a_verl_section(tmp_path, capsys):
+    """What `config check` calls valid, `rlhooks simulate` runs (it used to refuse 'verl')."""
+    import json
+
+    path = tmp_path / "doc.yaml"
+    path.write_text(DOC_SECTION)
+    assert rlhooks_main(["simulate", str(path), "--out", str(tmp_path / "runs"), "--no-progress", "--no-report"]) == 0
+    summary = json.loads(next((tmp_path / "runs").glob("*/summary.json")).read_text())
+    assert summary["steps"] == 2
+
+
+def test_a_disagreeing_run_key_names_both_keys_in_the_yaml(tmp_path):
+    from rlhooks.engines.sim.engine import load_sim_config
+
+    path = tmp_path / "doc.yaml"
+    path.write_text(DOC_SECTION + "run: {train_batch_size: 16}\n")
+    with pytest.raises(ConfigError, match=r"run.train_batch_size: is 16 but verl's verl.data.train_batch_size is 8"):
+        load_sim_config(str(path))
+
+
+def test_the_documents_trainer_name_is_the_rlhooks_trainer():
+    from rlhooks.engines.verl import RayPPOTrainerWithSampling as RayPPOTrainer
+    from rlhooks.engines.verl.trainer import RLHooksRayPPOTrainer
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer as VerlRayPPOTrainer
+
+    assert RayPPOTrainer is RLHooksRayPPOTrainer and issubclass(RayPPOTrainer, VerlRayPPOTrainer)
+
+
+def test_verl_config_sections_list_matches_verls_own_config():
+    from rlhooks.core.config import VERL_CONFIG_SECTIONS
+
+    assert set(VERL_CONFIG_SECTIONS) == set(compose_verl_config([]).keys())

@@ -26,6 +26,7 @@ import structlog
 
 from rlhooks.core.batch import Batch
 from rlhooks.core.config import Config, load_config
+from rlhooks.engines.verl.config import VERL_SECTION, apply_verl_section
 from rlhooks.core.driver import StepDriver
 from rlhooks.core.errors import RLHooksError
 from rlhooks.core.manager import RunManager
@@ -74,10 +75,16 @@ class SimOptions:
             raise ValueError("needs at least one source")
 
 
+#: how the simulator (and ``rlhooks config check``) reads a config's engine sections: ``simulate:``
+#: structured into SimOptions; ``verl:`` accepted, its keys that rlhooks takes from verl (batch sizes,
+#: n, steps, seed, name, dynamic sampling) meaning what they mean to ``rlhooks train``
+SIM_SECTIONS: dict[str, Any] = {"extra_sections": {"simulate": SimOptions}, "passthrough": (VERL_SECTION,),
+                                "prepare": apply_verl_section}
+
+
 def load_sim_config(source: Any = None, overrides: list[str] | tuple[str, ...] = (), registry: Registry | None = None) -> Config:
-    """A config with its ``simulate:`` section structured into SimOptions."""
-    return load_config(source, overrides=overrides, registry=registry, extra_sections={"simulate": SimOptions},
-                       default_plugins=True)
+    """A config with its ``simulate:`` section structured into SimOptions (and ``verl:`` mapped)."""
+    return load_config(source, overrides=overrides, registry=registry, default_plugins=True, **SIM_SECTIONS)
 
 
 def sim_options(config: Config) -> SimOptions:

@@ -97,17 +97,17 @@ def legacy_sampler(verl_config: Any) -> dict[str, Any] | None:
 FILTER_GROUPS_METRICS = {"reward": "seq_reward", None: "acc"}
 
 
-def _filter_groups(verl_config: Any, raw: dict[str, Any]) -> list[ConfigIssue]:
+def _filter_groups(verl_config: Any, raw: dict[str, Any], at: str = f"{BLOCK}.", verl_at: str = "") -> list[ConfigIssue]:
     """``algorithm.filter_groups.{enable,metric,max_num_gen_batches}`` -> the dapo filter + run (in place).
 
     An rlhooks value that disagrees (a dapo filter with another metric, another
     run.max_num_gen_batches) is an issue naming both keys.
     """
-    where = f"{BLOCK}.run.max_num_gen_batches"
+    where = f"{at}run.max_num_gen_batches"
     if (raw.get("run") or {}).get("max_num_gen_batches") is None:
         for i, f in enumerate(raw.get("filters") or []):
             if isinstance(f, Mapping) and f.get("name") in DAPO_FILTER_NAMES and "max_num_gen_batches" in f:
-                where = f"{BLOCK}.filters[{i}].max_num_gen_batches"
+                where = f"{at}filters[{i}].max_num_gen_batches"
     issues = lift_filter_run_options(raw)  # the document's grouping: max_num_gen_batches on the filter
     groups = _container(_get(verl_config, "algorithm.filter_groups"))
     if not isinstance(groups, Mapping) or not groups.get("enable"):
@@ -124,18 +124,18 @@ def _filter_groups(verl_config: Any, raw: dict[str, Any]) -> list[ConfigIssue]:
     for i, entry in dapo:  # the user's own dapo entry stays (its other options too); the metric must agree
         if entry.get("metric") not in (None, metric):
             issues.append(ConfigIssue(
-                f"{BLOCK}.filters[{i}].metric",
-                f"is {entry['metric']!r} but verl's algorithm.filter_groups.metric is {groups.get('metric')!r}; "
+                f"{at}filters[{i}].metric",
+                f"is {entry['metric']!r} but verl's {verl_at}algorithm.filter_groups.metric is {groups.get('metric')!r}; "
                 f"they configure the same filter: remove one or make them agree",
             ))
         entry.setdefault("metric", metric)
     raw["filters"] = filters
     limit = max(int(groups.get("max_num_gen_batches") or 0), 0)  # verl: non-positive = no limit, rlhooks: 0
-    run = raw["run"]
+    run = raw.setdefault("run", {})
     if run.get("max_num_gen_batches") is not None and run["max_num_gen_batches"] != limit:
         issues.append(ConfigIssue(
             where,
-            f"is {run['max_num_gen_batches']!r} but verl's algorithm.filter_groups.max_num_gen_batches is "
+            f"is {run['max_num_gen_batches']!r} but verl's {verl_at}algorithm.filter_groups.max_num_gen_batches is "
             f"{groups.get('max_num_gen_batches')!r} (0 or less = no limit); with algorithm.filter_groups.enable=true "
             f"verl's value decides: remove the rlhooks one or make the two agree",
         ))
@@ -144,36 +144,33 @@ def _filter_groups(verl_config: Any, raw: dict[str, Any]) -> list[ConfigIssue]:
     return issues
 
 
-def rlhooks_config(verl_config: Any, *, steps: int | None = None, registry: Any = None) -> Config:
-    """Validate and resolve the run's rlhooks config against verl's; ConfigError lists every problem."""
-    raw = raw_block(verl_config)
+def map_verl_keys(verl_config: Any, raw: dict[str, Any], *, steps: int | None = None,
+                  at: str = f"{BLOCK}.", verl_at: str = "") -> list[ConfigIssue]:
+    """The keys verl decides (the table above) and its dynamic-sampling keys, onto the rlhooks config
+    ``raw`` (in place); one meaning for ``rlhooks train`` and for a ``verl:`` section read by the other
+    commands. ``at`` / ``verl_at`` prefix the key paths named in issues."""
     issues: list[ConfigIssue] = []
     legacy = legacy_sampler(verl_config)
     if legacy is not None:
         if raw.get("sampler"):
             issues.append(ConfigIssue(
-                "data.sampler",
-                "both verl's data.sampler and rlhooks.sampler are set; keep one (rlhooks.sampler is preferred)",
+                f"{verl_at}data.sampler",
+                f"both verl's data.sampler and {at}sampler are set; keep one ({at}sampler is preferred)",
             ))
         else:
             raw["sampler"] = legacy
     run = dict(raw.get("run") or {})
-    rollout_n = _get(verl_config, "actor_rollout_ref.rollout.n")
-    derived = {
-        "train_batch_size": _get(verl_config, "data.train_batch_size"),
-        "gen_batch_size": _get(verl_config, "data.gen_batch_size"),
-        "n": rollout_n,
-    }
     verl_key = {
         "train_batch_size": "data.train_batch_size",
         "gen_batch_size": "data.gen_batch_size",
         "n": "actor_rollout_ref.rollout.n",
     }
-    for key, value in derived.items():
+    for key, dotted in verl_key.items():
+        value = _get(verl_config, dotted)
         if key in run and run[key] is not None and value is not None and run[key] != value:
             issues.append(ConfigIssue(
-                f"{BLOCK}.run.{key}",
-                f"is {run[key]!r} but verl's {verl_key[key]} is {value!r}; verl's value decides, "
+                f"{at}run.{key}",
+                f"is {run[key]!r} but verl's {verl_at}{dotted} is {value!r}; verl's value decides, "
                 f"so remove run.{key} or make the two agree",
             ))
         elif value is not None:
@@ -185,7 +182,53 @@ def rlhooks_config(verl_config: Any, *, steps: int | None = None, registry: Any 
     if "name" not in run and _get(verl_config, "trainer.experiment_name"):
         run["name"] = safe_run_name(str(_get(verl_config, "trainer.experiment_name")))  # 'a/b' -> 'a-b'
     raw["run"] = run
-    issues += _filter_groups(verl_config, raw)
+    return issues + _filter_groups(verl_config, raw, at, verl_at)
+
+
+def rlhooks_config(verl_config: Any, *, steps: int | None = None, registry: Any = None) -> Config:
+    """Validate and resolve the run's rlhooks config against verl's; ConfigError lists every problem."""
+    raw = raw_block(verl_config)
+    if steps is None:  # before the trainer knows its dataloader's length (--dry-run): verl's explicit steps
+        steps = _get(verl_config, "trainer.total_training_steps")
+    issues = map_verl_keys(verl_config, raw, steps=steps)
     if issues:
         raise ConfigError(issues, "verl config")
     return load_config(raw, registry=registry, default_plugins=True)
+
+
+def verl_section_as_mapping(section: Any) -> tuple[dict[str, Any], list[ConfigIssue]]:
+    """A ``verl:`` section (nested keys, or a list of ``key=value`` Hydra overrides) as nested keys."""
+    import yaml
+
+    if section is None:
+        return {}, []
+    if isinstance(section, Mapping):
+        return dict(section), []
+    if not (isinstance(section, list) and all(isinstance(s, str) and "=" in s for s in section)):
+        return {}, [ConfigIssue(VERL_SECTION, "expected a mapping of verl settings or a list of 'key=value' overrides")]
+    out: dict[str, Any] = {}
+    for item in section:
+        key, _, value = item.partition("=")
+        node = out
+        *parents, leaf = key.lstrip("+").split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value) if value else None
+    return out, []
+
+
+def apply_verl_section(raw: dict[str, Any]) -> list[ConfigIssue]:
+    """For commands other than ``rlhooks train`` (``simulate``, ``config check``): a ``verl:`` section's
+    keys mean what they mean to ``rlhooks train`` (:func:`map_verl_keys`, plus
+    ``trainer.total_training_steps`` -> ``run.steps``); the rest configures verl only."""
+    section = raw.get(VERL_SECTION)
+    if section is None:
+        return []
+    verl, issues = verl_section_as_mapping(section)
+    if issues:
+        return issues
+    steps = _get(verl, "trainer.total_training_steps")
+    if steps is not None and (raw.get("run") or {}).get("steps") not in (None, steps):
+        return [ConfigIssue("run.steps", f"is {raw['run']['steps']!r} but verl's {VERL_SECTION}.trainer."
+                                         f"total_training_steps is {steps!r}; remove one or make them agree")]
+    return map_verl_keys(verl, raw, steps=steps, at="", verl_at=f"{VERL_SECTION}.")

@@ -542,6 +542,11 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         return os.path.abspath(folder) if folder else None
 
 
+#: the dynamic-sampling document's name for this trainer (``from verl.trainer.ppo import
+#: RayPPOTrainerWithSampling as RayPPOTrainer`` becomes ``from rlhooks.engines.verl import ...``)
+RayPPOTrainerWithSampling = RLHooksRayPPOTrainer
+
+
 def _check_verl() -> None:
     """The verl code the shim relies on is a reviewed version's (fingerprints), else one clear error."""
     compat.check_verl()
