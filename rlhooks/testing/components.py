@@ -129,7 +129,9 @@ class ComponentContract(HookPluginContract):
         section = KIND_SECTION[component_kind]
         item = {"name": entry_point_name, **component_options}
         cfg = load_config({section: item if section == "sampler" else [item]})
-        assert any(c.name == entry_point_name for c in cfg.components())
+        # a bare or a qualified (<distribution>:<name>) name: the config resolves it as the registry does
+        named = [c.qualified_name for c in cfg.components()]
+        assert info.qualified in named, f"a config naming {entry_point_name!r} resolves to {named}, not {info.qualified}"
 
 
 class _IndexStream:

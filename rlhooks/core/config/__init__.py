@@ -143,7 +143,7 @@ def _with_source_metrics(run: RunOptions, rewards: tuple[ComponentConfig, ...], 
 
 
 #: DAPO filter names whose entry may carry run options, as the dynamic-sampling document groups them
-DAPO_FILTER_NAMES = ("dapo", "filter_groups")
+DAPO_FILTER_NAMES = ("dapo", "filter_groups", "rlhooks:dapo", "rlhooks:filter_groups")
 #: run options accepted on a DAPO filter entry (``filters: [{name: dapo, max_num_gen_batches: 10}]``)
 FILTER_RUN_KEYS = ("max_num_gen_batches",)
 

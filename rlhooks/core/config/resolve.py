@@ -14,7 +14,7 @@ from rlhooks.core.components import DEFAULT_ON_ERROR, ON_ERROR_CHOICES, NoOption
 from rlhooks.core.config.schema import LEGACY_SAMPLER_MODULES, REWARD_FN_KEYS, ComponentConfig
 from rlhooks.core.config.structure import _strict_float, structure_options
 from rlhooks.core.errors import ConfigIssue, RegistryError
-from rlhooks.core.registry import Registry
+from rlhooks.core.registry import EntryInfo, Registry
 
 def _component(kind: str, item: Any, path: str, registry: Registry) -> tuple[ComponentConfig | None, list[ConfigIssue]]:
     if isinstance(item, str):
@@ -34,7 +34,7 @@ def _component(kind: str, item: Any, path: str, registry: Registry) -> tuple[Com
     if not isinstance(name, str) or not name:
         return None, [ConfigIssue(path, "component has no 'name' (a string naming an installed component)")]
     try:
-        obj, dist = _resolve(kind, name, class_path, registry)
+        obj, dist, entry = _resolve(kind, name, class_path, registry)
     except RegistryError as exc:
         return None, [ConfigIssue(path, str(exc), name)]
     issues: list[ConfigIssue] = []
@@ -68,13 +68,15 @@ def _component(kind: str, item: Any, path: str, registry: Registry) -> tuple[Com
     if issues:
         return None, issues
     return ComponentConfig(
-        kind=kind, name=name, path=path, options=options, on_error=on_error, obj=obj, distribution=dist,
+        kind=kind, name=entry.name if entry else name, path=path, options=options, on_error=on_error, obj=obj,
+        distribution=dist, qualified_name=entry.qualified if entry else "", written_name=name,
         weight=weight, error_score=error_score, raw=dict(item),
     ), []
 
 
-def _resolve(kind: str, name: str, class_path: str | None, registry: Registry) -> tuple[Any, str]:
-    """Entry-point lookup; a verl-style ``class_path`` imports the class directly instead."""
+def _resolve(kind: str, name: str, class_path: str | None, registry: Registry) -> tuple[Any, str, EntryInfo | None]:
+    """(object, "distribution version", its entry point): the registry's lookup of a bare or qualified
+    name; a verl-style ``class_path`` imports the class directly instead (no entry point)."""
     if class_path:
         module = class_path.removeprefix("pkg://").removesuffix(".py").replace("/", ".")
         if module not in LEGACY_SAMPLER_MODULES:
@@ -83,17 +85,17 @@ def _resolve(kind: str, name: str, class_path: str | None, registry: Registry) -
             except ImportError as exc:
                 raise RegistryError(f"class_path {class_path!r}: cannot import {module!r}: {exc}") from None
             try:
-                return getattr(mod, name), f"{module} (class_path)"
+                return getattr(mod, name), f"{module} (class_path)", None
             except AttributeError:
                 raise RegistryError(f"class_path {class_path!r}: module {module!r} has no {name!r}") from None
         # the old verl_extensions location maps onto the built-ins of the same name
     info = registry.info(kind, name)
     obj = info.load()
     deprecated = getattr(obj, "deprecated_names", {})
-    if name in deprecated:
+    if info.name in deprecated:
         import structlog
 
         structlog.get_logger("rlhooks.config").warning(
-            f"{kind} name {name!r} is deprecated; use {deprecated[name]!r}", plugin=name
+            f"{kind} name {name!r} is deprecated; use {deprecated[info.name]!r}", plugin=info.name
         )
-    return obj, f"{info.dist} {info.version}"
+    return obj, f"{info.dist} {info.version}", info

@@ -140,6 +140,10 @@ class ComponentConfig:
     on_error: str
     obj: Any = attrs.field(eq=False, repr=False)  # the loaded entry-point object (class/function)
     distribution: str = "?"
+    #: ``<distribution>:<name>`` of its entry point ("" for a verl-style class_path)
+    qualified_name: str = ""
+    #: the name as the config wrote it (bare or qualified): what ``resolved()`` prints back
+    written_name: str = ""
     weight: float = 1.0  # reward functions only
     error_score: float = 0.0  # reward functions only
     raw: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
@@ -150,7 +154,7 @@ class ComponentConfig:
 
     def resolved(self) -> dict[str, Any]:
         """Name plus every option with its default filled in (for printing)."""
-        out: dict[str, Any] = {"name": self.name}
+        out: dict[str, Any] = {"name": self.written_name or self.name}
         if not isinstance(self.options, NoOptions):
             out.update(_converter.unstructure(self.options))
         if self.is_reward_function:
