@@ -1,4 +1,4 @@
-"""Core CLI commands: ``rlhooks plugins list``, ``rlhooks hooks`` and ``rlhooks config check``."""
+"""Core CLI commands: ``rlhooks plugins list``, ``rlhooks hooks``, ``rlhooks config check``, ``rlhooks new-plugin``."""
 
 from __future__ import annotations
 
@@ -21,6 +21,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     lst.set_defaults(func=cmd_plugins_list)
     plugins.set_defaults(func=lambda args: (plugins.print_help(), 2)[1])
 
+    new = sub.add_parser("new-plugin", help="write a plugin package (entry points, modules, contract tests, README)")
+    new.add_argument("name", help="the distribution name, e.g. rlhooks-my-plugins")
+    new.add_argument("--kind", default="hook", metavar="KINDS",
+                     help="comma-separated: sampler,filter,backend,reward,hook (default: hook)")
+    new.add_argument("--dir", default=".", help="where to create the package's directory (default: here)")
+    new.set_defaults(func=cmd_new_plugin)
+
     hooks = sub.add_parser("hooks", help="print the hook reference (Markdown; docs/hooks.md is this output)")
     hooks.set_defaults(func=cmd_hooks)
 
@@ -31,6 +38,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     chk.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     chk.set_defaults(func=cmd_config_check)
     config.set_defaults(func=lambda args: (config.print_help(), 2)[1])
+
+
+def cmd_new_plugin(args: argparse.Namespace) -> int:
+    from rlhooks.scaffold import write_plugin
+
+    root = write_plugin(args.name, args.kind, args.dir)
+    print(f"wrote {root}\n  cd {root} && pip install -e '.[test]' && pytest")
+    return 0
 
 
 def cmd_hooks(args: argparse.Namespace) -> int:
