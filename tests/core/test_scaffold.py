@@ -7,7 +7,9 @@ entry points through the registry by qualified name, and (slow) a simulated run 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -71,6 +73,19 @@ def test_generated_tests_pass_unchanged(generated, tmp_path):
         assert f"Test{cls}" in (src / "tests" / "test_contracts.py").read_text()
 
 
+def test_readme_plugin_examples_are_the_generated_code(generated):
+    """The README's reward / filter / backend examples are the code the generated tests exercise."""
+    src, _ = generated
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Reward functions, filters and backends: what they declare, get and run on", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    code = "\n".join(p.read_text() for p in (src / "src" / "rlhooks_demo_kit").glob("*.py"))
+    assert len(blocks) == 3
+    for block in blocks:
+        assert block in code, f"README example not in the generated package:\n{block}"
+
+
 def test_entry_points_resolve_by_qualified_name(generated, monkeypatch):
     _, site = generated
     monkeypatch.syspath_prepend(str(site))
@@ -103,7 +118,7 @@ def test_generated_components_drive_a_simulated_run(generated, tmp_path):
         "run: {name: scaffolded, steps: 3, train_batch_size: 8, n: 4}\n"
         f"sampler: {DIST}:demo_kit_sampler\n"
         "filters: [{name: demo_kit_filter, min_spread: 0.0}]\n"
-        f"rewards: [check_answer, {{name: '{DIST}:demo_kit_reward', case_sensitive: false}}]\n"
+        f"rewards: [check_answer, {{name: '{DIST}:demo_kit_reward', case_sensitive: false, weight: 2}}, reward_monitor]\n"
         "backends: [demo_kit_backend]\n"
         "plugins: [{name: demo_kit, threshold: 100}]\n"
     )
@@ -115,3 +130,6 @@ def test_generated_components_drive_a_simulated_run(generated, tmp_path):
         rows = db.execute("SELECT step, name FROM metrics WHERE name LIKE 'demo_kit/%'").fetchall()
     assert {(s, n) for s, n in rows} == {(s, n) for s in (1, 2, 3)
                                           for n in ("demo_kit/long_fraction", "demo_kit/dropped_groups")}
+    # the declared ranges reach the monitor: check_answer (-1, 3) + 2 x demo_kit_reward (0, 1)
+    monitor = json.loads((tmp_path / "runs" / "scaffolded" / "reward_monitor.json").read_text())
+    assert monitor["reward_range"] == [-1.0, 5.0]
