@@ -133,3 +133,24 @@ def test_generated_components_drive_a_simulated_run(generated, tmp_path):
     # the declared ranges reach the monitor: check_answer (-1, 3) + 2 x demo_kit_reward (0, 1)
     monitor = json.loads((tmp_path / "runs" / "scaffolded" / "reward_monitor.json").read_text())
     assert monitor["reward_range"] == [-1.0, 5.0]
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_each_kind_alone_writes_a_consistent_package(kind, tmp_path):
+    """One kind at a time (the installed all-kinds package is tested above): entry point, module and test agree."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+
+    root = write_plugin(f"rlhooks-only-{kind}", [kind], tmp_path)
+    for path in root.rglob("*.py"):
+        compile(path.read_text(), str(path), "exec")  # valid Python
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    ((group, eps),) = project["entry-points"].items()
+    ((name, value),) = eps.items()
+    module, cls = value.split(":")
+    assert group == KINDS[kind][0] and module == f"rlhooks_only_{kind}.{KINDS[kind][1]}"
+    assert f"class {cls}" in (root / "src" / f"rlhooks_only_{kind}" / f"{KINDS[kind][1]}.py").read_text()
+    tests = (root / "tests" / "test_contracts.py").read_text()
+    assert f'"rlhooks-only-{kind}:{name}"' in tests and f"plugin_class = {cls}" in tests
