@@ -1,4 +1,4 @@
-"""Core CLI commands: ``rlhooks plugins list``, ``rlhooks hooks`` and ``rlhooks config check``."""
+"""Core CLI commands: ``rlhooks plugins list``, ``rlhooks hooks``, ``rlhooks config check``, ``rlhooks new-plugin``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from rlhooks.core.hookspecs import HOOK_NAMES
-from rlhooks.core.registry import GROUPS, Registry
+from rlhooks.core.registry import GROUPS, Registry, is_builtin, qualified_name
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -21,6 +21,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     lst.set_defaults(func=cmd_plugins_list)
     plugins.set_defaults(func=lambda args: (plugins.print_help(), 2)[1])
 
+    new = sub.add_parser("new-plugin", help="write a plugin package (entry points, modules, contract tests, README)")
+    new.add_argument("name", help="the distribution name, e.g. rlhooks-my-plugins")
+    new.add_argument("--kind", default="hook", metavar="KINDS",
+                     help="comma-separated: sampler,filter,backend,reward,hook (default: hook)")
+    new.add_argument("--dir", default=".", help="where to create the package's directory (default: here)")
+    new.set_defaults(func=cmd_new_plugin)
+
     hooks = sub.add_parser("hooks", help="print the hook reference (Markdown; docs/hooks.md is this output)")
     hooks.set_defaults(func=cmd_hooks)
 
@@ -31,6 +38,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     chk.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     chk.set_defaults(func=cmd_config_check)
     config.set_defaults(func=lambda args: (config.print_help(), 2)[1])
+
+
+def cmd_new_plugin(args: argparse.Namespace) -> int:
+    from rlhooks.scaffold import write_plugin
+
+    root = write_plugin(args.name, args.kind, args.dir)
+    print(f"wrote {root}\n  cd {root} && pip install -e '.[test]' && pytest")
+    return 0
 
 
 def cmd_hooks(args: argparse.Namespace) -> int:
@@ -88,12 +103,29 @@ def plugin_rows(registry: Registry, kind: str | None = None) -> list[dict[str, A
                 row["error"] = first.error
         row["name"] = canonical_name(names, row["deprecated_aliases"])
         row["aliases"] = sorted((n for n in names if n != row["name"]), key=lambda n: (n in row["deprecated_aliases"], n.lower()))
-        dupes = [i for i in registry.entries(kind_) if i.name in names and i.dist != first.dist]
-        if dupes:
-            row["status"] = "duplicate: " + " and ".join(f"{d.dist} {d.version}" for d in [first, *dupes])
+        row["qualified_name"] = qualified_name(first.dist, row["name"])
+        others = [i for i in registry.entries(kind_) if i.name in names and i.dist != first.dist and not i.disabled]
+        if others and not first.disabled:
+            row["status"] = _shared_name_status(first, others)
         rows.append(row)
     rows.sort(key=lambda r: (list(GROUPS).index(r["kind"]), r["name"].lower()))
     return rows
+
+
+def _shared_name_status(first: Any, others: list[Any]) -> str:
+    """How names other distributions register too resolve (the registry's rule, see core/registry.py)."""
+    parts = []
+    for name in dict.fromkeys(o.name for o in others):
+        clash = [o for o in others if o.name == name]
+        third = [i for i in (first, *clash) if not is_builtin(i.dist)]
+        if len(third) == 1 and third[0] is not first:
+            parts.append(f"shadowed by {qualified_name(third[0].dist, name)}: name it {qualified_name(first.dist, name)}")
+        elif len(third) == 1:
+            parts.append("shadows " + " and ".join(o.qualified for o in clash))
+        else:
+            parts.append("duplicate: " + " and ".join(f"{i.dist} {i.version}" for i in (first, *clash))
+                         + "; name one: " + " or ".join(qualified_name(i.dist, name) for i in third))
+    return "; ".join(parts)
 
 
 def cmd_plugins_list(args: argparse.Namespace) -> int:
@@ -102,7 +134,8 @@ def cmd_plugins_list(args: argparse.Namespace) -> int:
         json.dump(rows, sys.stdout, indent=2)
         print()
         return 0
-    widths = {k: max([len(k)] + [len(str(r[k])) for r in rows]) for k in ("kind", "name", "distribution", "version")}
+    widths = {k: max([len(k)] + [len(str(r[k])) for r in rows])
+              for k in ("kind", "name", "qualified_name", "distribution", "version")}
     for kind in GROUPS:
         sel = [r for r in rows if r["kind"] == kind]
         if not sel:
@@ -115,7 +148,8 @@ def cmd_plugins_list(args: argparse.Namespace) -> int:
                 f"{a} (deprecated)" if a in r["deprecated_aliases"] else a for a in r["aliases"]
             )
             print(
-                f"  {r['name']:<{widths['name']}}  {r['distribution']} {r['version']:<{widths['version']}}"
+                f"  {r['name']:<{widths['name']}}  {r['qualified_name']:<{widths['qualified_name']}}"
+                f"  {r['distribution']} {r['version']:<{widths['version']}}"
                 f"  hooks: {hooks}{status}" + (f"  aliases: {aliases}" if aliases else "")
             )
             if r["error"]:

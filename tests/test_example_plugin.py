@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -186,3 +187,30 @@ def test_its_own_contract_tests_pass(installed: md.Distribution, tmp_path: Path)
     # a failure here that says "fixture 'rlhooks_run_factory' not found" means pytest11 did not load
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert " passed" in res.stdout and "failed" not in res.stdout and "error" not in res.stdout.lower()
+
+
+def test_reward_options_reach_it_through_verls_compute_score(installed: md.Distribution) -> None:
+    """verl's own loader (get_custom_reward_fn) with reward_kwargs.options: validated as the YAML config is."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    from rlhooks import ConfigError
+    from rlhooks.plugins.rewards import verl_adapter
+
+    def loaded(options: dict) -> Any:
+        kwargs = {"functions": ["length_penalty", "format_exact"], "options": options}
+        config = OmegaConf.create({"reward": {"custom_reward_function": {
+            "path": verl_adapter.__file__, "name": "compute_score", "reward_kwargs": kwargs}}})
+        return get_custom_reward_fn(config)
+
+    response = "x" * 15  # 15 chars: 0.5 with max_chars 10, 1.0 with the default 2000
+    assert loaded({"length_penalty": {"max_chars": 10}})("math", response, "1")["length_penalty"] == 0.5
+    assert loaded({})("math", response, "1")["length_penalty"] == 1.0
+    with pytest.raises(ConfigError, match=r"reward_kwargs\.options\.length_penalty \(length_penalty\): option "
+                                          r"'max_char' is not known; did you mean 'max_chars'\?"):
+        loaded({"length_penalty": {"max_char": 10}})("math", response, "1")
+    with pytest.raises(ValueError, match=r"reward_kwargs\.options\.format_exact: reward function 'format_exact' "
+                                         r"takes no options"):
+        loaded({"format_exact": {"strict": True}})("math", response, "1")
+    with pytest.raises(ValueError, match=r"names \['check_answer'\] but functions are"):
+        loaded({"check_answer": {}})("math", response, "1")

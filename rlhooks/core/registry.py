@@ -3,12 +3,19 @@
 Each component kind has one entry-point group. The project's own built-ins are registered
 through its own pyproject entry points, exactly like a third-party package's.
 
+Names (this module is their one home: the config, ``plugins list``, the contract kit and the
+errors all resolve through ``Registry.info``):
+* ``<distribution>:<name>`` (a qualified name) always means exactly one entry point;
+* a bare name registered by rlhooks itself and by one third-party distribution means the third
+  party's (installed on purpose; its users' configs predate the built-in), with one warning
+  naming the built-in's qualified name; so a new built-in never breaks an installed plugin;
+* a bare name registered by two third-party distributions -> error listing the qualified names.
+
 Policy:
 * unknown name -> error listing the installed names of that kind, with a did-you-mean;
-* the same name from two distributions -> error naming both distributions and versions;
 * a plugin that fails to import -> recorded as broken with entry point, distribution and error;
   a run that asks for it fails, other runs get a warning (``strict`` turns it into an error);
-* ``RLHOOKS_DISABLE_PLUGINS=name,...`` (entry-point or distribution names) skips plugins.
+* ``RLHOOKS_DISABLE_PLUGINS=name,...`` (entry-point, qualified or distribution names) skips plugins.
 """
 
 from __future__ import annotations
@@ -38,10 +45,32 @@ GROUPS: dict[str, str] = {
 }
 DISABLE_ENV = "RLHOOKS_DISABLE_PLUGINS"
 STRICT_ENV = "RLHOOKS_STRICT_PLUGINS"
+#: the distribution of the built-ins: a third-party entry point of the same name shadows them
+BUILTIN_DIST = "rlhooks"
+#: separates the distribution from the entry-point name in a qualified name
+QUALIFIER = ":"
+
+#: (kind, name, shadowing distribution) already warned about in this process: the warning is said once
+_warned_shadows: set[tuple[str, str, str]] = set()
 
 
 def _norm(name: str) -> str:
     return name.lower().replace("-", "_").replace(".", "_")
+
+
+def qualified_name(dist: str, name: str) -> str:
+    """``<distribution>:<name>``: the name that always means one entry point."""
+    return f"{dist}{QUALIFIER}{name}"
+
+
+def split_qualified(name: str) -> tuple[str | None, str]:
+    """(distribution or None, entry-point name) of a possibly qualified name."""
+    dist, sep, bare = name.partition(QUALIFIER)
+    return (dist, bare) if sep and dist and bare else (None, name)
+
+
+def is_builtin(dist: str) -> bool:
+    return _norm(dist) == BUILTIN_DIST
 
 
 @attrs.define
@@ -66,6 +95,10 @@ class EntryInfo:
         if self.error:
             return "broken"
         return "loaded" if self.obj is not None else "found"
+
+    @property
+    def qualified(self) -> str:
+        return qualified_name(self.dist, self.name)
 
     @property
     def where(self) -> str:
@@ -114,7 +147,7 @@ class Registry:
                     continue
                 seen.add(key)
                 info = EntryInfo(ep.name, kind, ep.value, dname, dver, ep=ep)
-                info.disabled = _norm(ep.name) in self.disabled or _norm(dname) in self.disabled
+                info.disabled = bool({_norm(ep.name), _norm(dname), _norm(info.qualified)} & self.disabled)
                 self._entries[kind].setdefault(ep.name, []).append(info)
 
     # -- queries ------------------------------------------------------------------------
@@ -137,8 +170,14 @@ class Registry:
         return difflib.get_close_matches(name, names, n=3, cutoff=0.6)
 
     def info(self, kind: str, name: str) -> EntryInfo:
-        """The single entry for ``name``, or a clear error (unknown, duplicate, disabled)."""
-        infos = self._entries[kind].get(name)
+        """The single entry ``name`` means (see the module's rule), or a clear error (unknown, ambiguous, disabled)."""
+        dist, bare = split_qualified(name)
+        if dist is not None and name not in self._entries[kind]:  # qualified: that distribution's only
+            infos = [i for i in self._entries[kind].get(bare, ()) if _norm(i.dist) == _norm(dist)]
+            if not infos:
+                raise UnknownComponentError(self._unknown_qualified(kind, dist, bare))
+        else:
+            infos = self._entries[kind].get(name)
         if not infos:
             installed = ", ".join(self.names(kind)) or "(none installed)"
             close = self.suggest(kind, name)
@@ -152,11 +191,7 @@ class Registry:
             )
         enabled = [i for i in infos if not i.disabled]
         if len(enabled) > 1:
-            both = " and ".join(f"{i.dist} {i.version} ({i.value})" for i in enabled)
-            raise DuplicateComponentError(
-                f"{kind} name {name!r} is registered by more than one distribution: {both}.\n"
-                f"  Uninstall one of them, or disable one with {DISABLE_ENV}=<distribution name>."
-            )
+            enabled = [self._shadowing(kind, name, enabled)]
         info = enabled[0] if enabled else infos[0]
         if info.disabled:
             raise BrokenPluginError(
@@ -164,6 +199,42 @@ class Registry:
                 f"remove it from {DISABLE_ENV} or from the config."
             )
         return info
+
+    def _shadowing(self, kind: str, name: str, enabled: list[EntryInfo]) -> EntryInfo:
+        """The one third-party entry among built-ins, with a warning; else the ambiguity is an error."""
+        third = [i for i in enabled if not is_builtin(i.dist)]
+        if len(third) == 1:
+            chosen, builtins = third[0], [i for i in enabled if is_builtin(i.dist)]
+            key = (kind, name, chosen.dist)
+            if key not in _warned_shadows:
+                _warned_shadows.add(key)
+                log.warning(
+                    f"{kind} name {name!r} is registered by rlhooks and by {chosen.dist} {chosen.version}: "
+                    f"using {chosen.dist}'s ({chosen.qualified}); name the built-in "
+                    f"{' or '.join(b.qualified for b in builtins)} to use it",
+                    plugin=name, distribution=chosen.dist,
+                )
+            return chosen
+        choices = " or ".join(repr(i.qualified) for i in enabled)
+        both = " and ".join(f"{i.dist} {i.version} ({i.value})" for i in enabled)
+        raise DuplicateComponentError(
+            f"{kind} name {name!r} is registered by more than one distribution: {both}.\n"
+            f"  Name the one you mean with its qualified name: {choices}\n"
+            f"  (or uninstall one, or disable one with {DISABLE_ENV}=<distribution name>)."
+        )
+
+    def _unknown_qualified(self, kind: str, dist: str, bare: str) -> str:
+        same_name = [i.qualified for i in self._entries[kind].get(bare, [])]
+        of_dist = sorted(i.qualified for i in self.entries(kind) if _norm(i.dist) == _norm(dist))
+        if same_name:
+            hint = f"{bare!r} is registered by: {', '.join(same_name)}"
+        elif of_dist:
+            close = difflib.get_close_matches(qualified_name(dist, bare), of_dist, n=1, cutoff=0.6)
+            hint = (f"did you mean {close[0]!r}? " if close else "") + f"{dist}'s {kind}s: {', '.join(of_dist)}"
+        else:
+            hint = f"no installed distribution named {dist!r} registers {kind}s"
+        return (f"unknown {kind} {qualified_name(dist, bare)!r}: {hint}.\n"
+                f"  A qualified name is <distribution>:<name>, as `rlhooks plugins list` shows it.")
 
     def resolve(self, kind: str, name: str) -> Any:
         """The loaded object for a name (class, function or module)."""

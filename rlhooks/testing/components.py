@@ -129,7 +129,9 @@ class ComponentContract(HookPluginContract):
         section = KIND_SECTION[component_kind]
         item = {"name": entry_point_name, **component_options}
         cfg = load_config({section: item if section == "sampler" else [item]})
-        assert any(c.name == entry_point_name for c in cfg.components())
+        # a bare or a qualified (<distribution>:<name>) name: the config resolves it as the registry does
+        named = [c.qualified_name for c in cfg.components()]
+        assert info.qualified in named, f"a config naming {entry_point_name!r} resolves to {named}, not {info.qualified}"
 
 
 class _IndexStream:
@@ -620,6 +622,30 @@ class BackendContract(ComponentContract):
         check_none_result(started.end("failed"), f"{describe(started.plugin)}.on_run_end")
         self._check_read_back(started.plugin, run_dir, sent, tables)
 
+    def test_backend_through_dispatch_thread(self, plugin: Any, run_context: Any, run_dir: Path) -> None:
+        """Called as a run calls it: behind rlhooks' dispatch queue, so on_run_start, the logging hooks
+        and on_run_end run on the backend's own thread (open thread-bound handles such as an sqlite3
+        connection in on_run_start, not in __init__); everything logged is read back."""
+        from rlhooks.core.dispatch import wrap
+
+        failures: list[str] = []
+        component = _DispatchedBackend(plugin)
+        proxy = wrap(component, lambda _c, hook, exc: failures.append(f"{hook}: {type(exc).__name__}: {exc}"))
+        h = PluginHarness(proxy, run_context)
+        try:
+            if h.implements("on_run_start"):
+                h.start()
+            sent, tables = self._log_steps(h, (1, 2, 5))
+            h.end("success")
+        finally:
+            h.close()
+        assert not failures, (
+            f"{describe(plugin)} failed on its dispatch thread (where a run calls it):\n  " + "\n  ".join(failures)
+            + "\n  Objects bound to the thread that made them (sqlite3 connections, some clients) must be "
+            "created in on_run_start, which runs on that thread, not in __init__."
+        )
+        self._check_read_back(plugin, run_dir, sent, tables)
+
     def test_backend_full_run_then_read_back(self, started: PluginHarness, run_dir: Path,
                                              trajectory_batch_factory: BatchFactory) -> None:
         """A full run's hook traffic, then the metrics of one more step are all read back."""
@@ -632,6 +658,26 @@ class BackendContract(ComponentContract):
         assert {1, 2, 3} <= set(by_step), f"steps read back: {sorted(by_step)}, logged 1, 2, 3"
         problems = list(checks.dict_differences(sent[3], by_step[3]))
         assert not problems, "\n  ".join(problems)
+
+
+@attrs.define
+class _DispatchedBackend:
+    """What rlhooks' dispatch needs to know about a backend (core/dispatch.py ``Component``)."""
+
+    obj: Any
+    name: str = "backend_under_test"
+    kind: str = "backend"
+    path: str = "backends[0]"
+    distribution: str = "(contract test)"
+    on_error: str = "warn"
+    failures: int = 0
+    disabled: bool = False
+    deferred: bool = False
+    dropped: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.path})"
 
 
 #: component kind -> its contract class (a meta-test keeps this complete)

@@ -467,7 +467,9 @@ class HookPluginContract(
             item.update(_converter.unstructure(plugin.options))
         section = next(sec for sec, (kind, _) in SECTIONS.items() if kind == component_kind and sec != "samples")
         cfg = load_config({section: item if section == "sampler" else [item]})
-        assert any(c.name == entry_point_name for c in cfg.components())
+        # a bare or a qualified (<distribution>:<name>) name: the config resolves it as the registry does
+        named = [c.qualified_name for c in cfg.components()]
+        assert info.qualified in named, f"a config naming {entry_point_name!r} resolves to {named}, not {info.qualified}"
 
     def test_registers_on_plugin_manager(self, harness: PluginHarness) -> None:
         """Registers on a pluggy PluginManager with rlhooks' specs; check_pending passes (no unknown hooks)."""

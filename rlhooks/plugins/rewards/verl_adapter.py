@@ -9,6 +9,7 @@ verl config::
         reward_kwargs:                      # optional; passed to compute_score as keyword arguments
           functions: [check_answer, format_exact]
           weights: {check_answer: 2.0}
+          options: {length_penalty: {max_chars: 1500}}   # a function's Options, as under rewards: in YAML
 
 ``compute_score`` returns ``{"score": weighted total, "<function>": unweighted score, ...,
 "acc": 1.0 | 0.0, "reward_errors": n}``; verl logs every key but ``score`` as a reward extra,
@@ -17,6 +18,9 @@ so the components reach the batch (and the DAPO filter's default ``acc`` metric 
 * functions: names of reward functions (built-ins or any installed ``rlhooks.rewards`` function);
   a list or a comma-separated string. Default: all four built-ins.
 * weights: ``{name: weight}`` or a list in ``functions`` order. Default 1.0 each.
+* options: ``{name: {option: value}}`` for reward functions that declare ``Options`` (a
+  ``RewardFunction`` subclass); validated as the YAML config validates them, each problem with its
+  key path ``reward_kwargs.options.<name>.<option>``. A function without Options takes none.
 * error_score: the score of a function that raises on a sample (default 0.0); such failures are
   counted in ``reward_errors`` for that sample, like ``rewards/errors/<name>`` in rlhooks runs.
 * acc: 1.0 when ``check_answer`` gives 1.5 or more (exact or normalized match), else 0.0.
@@ -25,6 +29,7 @@ so the components reach the batch (and the DAPO filter's default ``acc`` metric 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,21 +43,55 @@ DEFAULT_FUNCTIONS = tuple(BUILTIN_FUNCTIONS)
 ACC_MIN_SCORE = 1.5  # check_answer's normalized match or better counts as correct
 
 
+OPTIONS_PATH = "reward_kwargs.options"
+
+
+def _plain(value: Any) -> Any:
+    """Plain dicts and lists (verl hands reward_kwargs over as OmegaConf containers)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _options_key(names: tuple[str, ...], options: Mapping[str, Any] | None) -> str:
+    """The per-function options as a hashable key (compute_score runs once per sample: built once)."""
+    if options is None:
+        return "{}"
+    if not isinstance(options, Mapping):
+        raise ValueError(f"compute_score: {OPTIONS_PATH} must be a mapping {{function name: {{option: value}}}}, "
+                         f"got {type(options).__name__}")
+    unknown = sorted(set(map(str, options)) - set(names))
+    if unknown:
+        raise ValueError(f"compute_score: {OPTIONS_PATH} names {unknown} but functions are {list(names)}; "
+                         f"add them to functions or remove their options")
+    return json.dumps(_plain(options), sort_keys=True)
+
+
 @functools.lru_cache(maxsize=32)
-def _resolve(names: tuple[str, ...]) -> tuple[tuple[str, Callable[..., float]], ...]:
+def _resolve(names: tuple[str, ...], options_key: str = "{}") -> tuple[tuple[str, Callable[..., float]], ...]:
+    from rlhooks import RewardFunction, build_options
+
+    options = json.loads(options_key)
     out = []
     registry = None
     for name in names:
         fn = BUILTIN_FUNCTIONS.get(name)
         if fn is None:  # a third-party function registered in rlhooks.rewards
-            from rlhooks import RewardFunction
             from rlhooks.host import Registry, is_reward_function
 
             registry = registry or Registry()
             obj = registry.resolve("reward", name)  # unknown names: error with did-you-mean
             if not is_reward_function(obj):
                 raise ValueError(f"rlhooks reward {name!r} is an observer plugin, not a reward function")
-            fn = obj() if isinstance(obj, type) and issubclass(obj, RewardFunction) else obj
+            fn = obj
+        if isinstance(fn, type) and issubclass(fn, RewardFunction):
+            # the same validation as a YAML config: every problem with its key path
+            fn = fn(build_options(fn.Options, options.get(name), path=f"{OPTIONS_PATH}.{name}", plugin=name))
+        elif name in options:
+            raise ValueError(f"compute_score: {OPTIONS_PATH}.{name}: reward function {name!r} takes no options "
+                             f"(only a RewardFunction subclass with an Options class does)")
         out.append((name, fn))
     return tuple(out)
 
@@ -91,17 +130,19 @@ def compute_score(
     functions: str | Sequence[str] | None = None,
     weights: Mapping[str, float] | Sequence[float] | None = None,
     error_score: float = 0.0,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
     **kwargs: Any,
 ) -> dict[str, float]:
     """verl custom reward function: weighted total in ``score``, each function's score by name."""
     names = _names(functions)
+    fns = _resolve(names, _options_key(names, options))
     ws = _weights(names, weights)
     info = dict(extra_info or {})
     info.setdefault("data_source", data_source)
     target = ground_truth if isinstance(ground_truth, str) else str(ground_truth)
     out: dict[str, float] = {}
     total, errors = 0.0, 0
-    for (name, fn), w in zip(_resolve(names), ws):
+    for (name, fn), w in zip(fns, ws):
         try:
             value = float(fn(solution_str, target, **info))
         except Exception as exc:  # noqa: BLE001 - one bad sample must not stop verl's reward loop
