@@ -345,7 +345,10 @@ class BackendDispatcher:
                 pass
             self.thread.join(max(0.0, deadline - time.monotonic()))
             if self.thread.is_alive():
-                self._declare_hung(f"it did not finish within flush_timeout_s={self.flush_timeout_s:g} s")
+                if status is not None and "on_run_end" in self._impls:
+                    self.rec.dropped += 1  # its final flush never completed: what it held is lost
+                self._declare_hung(f"it did not finish its final flush (on_run_end) within "
+                                   f"flush_timeout_s={self.flush_timeout_s:g} s")
         self.closed = True
         with _live_lock:
             _live.discard(self)

@@ -282,9 +282,12 @@ class RunManager:
         """Call every enabled implementation of ``hook``; returns (component, result) pairs."""
         return list(self._each(hook, kwargs))
 
-    def _each(self, hook: str, kwargs: Mapping[str, Any]) -> Iterator[tuple[Registered, Any]]:
+    def _each(self, hook: str, kwargs: Mapping[str, Any], *, skip: set[int] | None = None,
+              only: set[int] | None = None) -> Iterator[tuple[Registered, Any]]:
         """Implementations called one at a time, lazily: the caller sees a result before the next call."""
         for rec, fn, argnames in self._impls(hook):
+            if (skip is not None and id(rec) in skip) or (only is not None and id(rec) not in only):
+                continue
             if rec.disabled and hook != "on_run_end":  # still ends: it closes files, stops its backend thread
                 if hook in dispatch.LOGGING_HOOKS:
                     rec.dropped += 1
@@ -371,9 +374,24 @@ class RunManager:
     def log_histogram(self, step: int, name: str, values: np.ndarray) -> None:
         self.call("log_histogram", step=step, name=name, values=values)
 
-    def end(self, status: str) -> None:
+    def end(self, status: str) -> str:
+        """End every component; returns the run's final status.
+
+        Components that record the outcome (``records_outcome = True`` on the plugin, e.g. the
+        JSONL backend's ``run_end``) end last, with the status as it stands once every other
+        backend finished its final flush: a backend that failed or hung there lost data, so
+        the run is "failed" in every place that states it.
+        """
         self.dispatch_emitted()
-        self.call("on_run_end", status=status)
+        recorders = {id(rec) for rec, _, _ in self._impls("on_run_end") if getattr(rec.obj, "records_outcome", False)}
+        list(self._each("on_run_end", {"status": status}, skip=recorders))
+        if status == "success" and self.lost_data():
+            status = "failed"
+        self.final_status = status
+        list(self._each("on_run_end", {"status": status}, only=recorders))
+        if status == "success" and self.lost_data():  # a recorder itself failed: its record is missing
+            status = self.final_status = "failed"
+        return status
 
     @contextlib.contextmanager
     def running(self) -> Iterator[RunManager]:
@@ -411,7 +429,7 @@ class RunManager:
         for rec in self.components:
             if rec.kind != "backend":
                 continue
-            failed = sum(n for h, n in rec.failures_by_hook.items() if h != "on_run_end")
+            failed = rec.total_failures  # on_run_end too: a final flush that failed lost what it held
             if failed or rec.dropped:
                 out.append(f"{rec.label}: {failed} failed call(s), {rec.dropped} call(s) not delivered"
                            + (", disabled" if rec.disabled else ""))

@@ -30,6 +30,9 @@ _PCTS = (5, 25, 50, 75, 95)
 class JsonlBackend:
     """Appends every run event as a JSON line to ``<run_dir>/metrics.jsonl`` (or ``path``)."""
 
+    #: its ``run_end`` record states the run's outcome: it ends after every other backend (RunManager.end)
+    records_outcome = True
+
     @attrs.frozen(kw_only=True)
     class Options(DispatchOptions):
         #: output file; relative paths are under the run directory (default: metrics.jsonl there)
