@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from rlhooks.core import interrupt
 
     _quiet_thread_oserrors()
+    interrupt.outcome_recorded["status"] = None
     with interrupt.signals_interrupt():
         try:
             return int(args.func(args) or 0)
@@ -64,7 +65,16 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the run was ended "interrupted" and flushed
             name = exc.signal_name if isinstance(exc, interrupt.Interrupted) else "SIGINT"
-            print(f"rlhooks: interrupted by {name}; the run ended with status 'interrupted'", file=sys.stderr)
+            recorded = interrupt.outcome_recorded["status"]
+            if recorded is None:  # start-up: config, imports, data; no run directory says anything
+                print(f"rlhooks: interrupted by {name} during start-up, before a run was recorded; "
+                      f"nothing to resume", file=sys.stderr)
+            elif recorded != "interrupted":  # it came after the outcome was recorded: that outcome stands
+                print(f"rlhooks: {name} arrived after the run's outcome was recorded; the run ended with status "
+                      f"{recorded!r}", file=sys.stderr)
+                return 0 if recorded == "success" else 1
+            else:
+                print(f"rlhooks: interrupted by {name}; the run ended with status 'interrupted'", file=sys.stderr)
             return interrupt.exit_code(exc)
         except OSError as exc:  # a full disk, a lost mount, a permission: say what and where, no traceback
             if args.verbose:

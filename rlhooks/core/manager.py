@@ -419,7 +419,7 @@ class RunManager:
                             status = "failed"
                     self.final_status = status
                     try:
-                        self.end(status)
+                        interrupt.note_outcome(self.end(status))
                     finally:
                         self.report_failures()
 

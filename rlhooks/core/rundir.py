@@ -41,6 +41,7 @@ from typing import Any
 
 import structlog
 
+from rlhooks.core import interrupt
 from rlhooks.core.errors import RLHooksError
 
 log = structlog.get_logger("rlhooks.rundir")
@@ -245,6 +246,7 @@ class RunDirectory:
         try:
             _clear_finished_run(path, command)
             rd = cls(path, lock, command)
+            interrupt.outcome_recorded["status"] = None  # a new run: nothing recorded for it yet
             rd._write_marker()
         except BaseException:
             lock.release()
@@ -291,6 +293,7 @@ class RunDirectory:
     def record_outcome(self, status: str) -> None:
         """Record the run's outcome and every file it owns now (the lock stays held)."""
         self.status = status
+        interrupt.note_outcome(status)
         try:
             self._write_marker()
         except OSError as exc:  # the run's own files matter more; a rerun will then refuse to replace

@@ -19,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from rlhooks.core.rundir import write_atomic
 from rlhooks.report.charts import CHARTS, render_chart
 from rlhooks.report.reader import ReportError, RunData, Table, load_run
 
@@ -62,7 +63,7 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
         else:
             charts.append((chart.title, path))
     page = out / REPORT_FILE
-    page.write_text(_page(runs, charts, notes), encoding="utf-8")
+    write_atomic(page, _page(runs, charts, notes))  # a reader never sees half a page (a full disk)
     log.info("report written", page=str(page), charts=len(charts), skipped=len(notes))
     return page
 
