@@ -82,10 +82,9 @@ def simulate_run(
             _record_after_error(engine, time.perf_counter() - t0, rd)
             raise
         with interrupt.held() as late:  # the outcome is recorded whole, even under a signal
-            summary = _record_outcome(engine, time.perf_counter() - t0, rd)
+            summary = _record_outcome(engine, time.perf_counter() - t0, rd, report=report)
         stopped = stopped or late.signal_name or None
         if report and summary["status"] != "interrupted":
-            summary["report"] = None
             if stopped:
                 log.warning(f"no report: {stopped} arrived as the run ended; the run's outcome "
                             f"({summary['status']}) is recorded. Draw it later: rlhooks report {run_dir}")
@@ -105,9 +104,11 @@ def _record_after_error(engine: SimEngine, elapsed: float, rd: RunDirectory) -> 
         rd.finish()
 
 
-def _record_outcome(engine: SimEngine, elapsed: float, rd: RunDirectory) -> dict[str, Any]:
+def _record_outcome(engine: SimEngine, elapsed: float, rd: RunDirectory, *, report: bool = False) -> dict[str, Any]:
     """summary.json then the marker: the training's outcome, before anything derived."""
     summary = build_summary(engine, elapsed, rd.path)
+    if report and summary["status"] != "interrupted":
+        summary["report"] = None  # until it is drawn
     summary["files"] = sorted({*summary["files"], "summary.json"})
     _write_summary(rd.path, summary)
     rd.record_outcome(summary["status"])
