@@ -172,10 +172,11 @@ def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str,
         if split is not None:
             per_source.setdefault(split[0], {})[split[1]] = value
     sources = {}
+    mastery = engine.learner.mastery()  # once: per source it is a (sources x buckets) array each time
     for s, name in enumerate(engine.data.source_names):
         sources[name] = {
             "accuracy": acc.get(name),
-            "skill": engine.skill(s),
+            "skill": engine.skill(s, mastery),
             "steps_to_target": engine.reached.get(name),
             "last_step": per_source.get(name, {}),
         }
