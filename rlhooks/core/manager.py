@@ -56,6 +56,22 @@ if TYPE_CHECKING:  # the Sampler base imports torch; only annotations need it he
 log = structlog.get_logger("rlhooks.manager")
 
 MAX_CONSECUTIVE_FAILURES = 3
+#: characters kept of one table cell's text before any backend sees it (README "Guarantees"):
+#: a 1M-character field costs every backend, and metrics.jsonl, no more than this
+TABLE_CELL_MAX_CHARS = 10_000
+
+
+def cap_cells(rows: list[Mapping[str, Any]], limit: int = TABLE_CELL_MAX_CHARS) -> list[Mapping[str, Any]]:
+    """``rows`` with text cells longer than ``limit`` cut, ending in a visible ``… [+N chars]``."""
+    out: list[Mapping[str, Any]] = []
+    for row in rows:  # a table is a few sampled rows, not a batch
+        long = [k for k, v in row.items() if isinstance(v, str) and len(v) > limit]
+        if long:
+            row = dict(row)
+            for k in long:
+                row[k] = f"{row[k][:limit]}… [+{len(row[k]) - limit} chars]"
+        out.append(row)
+    return out
 #: key of the learning state in RunManager.state_dict() (not a config path)
 LEARNING_KEY = "__learning__"
 TRACE_ENV = "RLHOOKS_TRACE"
@@ -369,7 +385,7 @@ class RunManager:
         self.call("log_metrics", step=step, metrics=MappingProxyType(dict(metrics)))
 
     def log_table(self, step: int, name: str, rows: list[dict[str, Any]]) -> None:
-        self.call("log_table", step=step, name=name, rows=rows)
+        self.call("log_table", step=step, name=name, rows=cap_cells(rows))
 
     def log_histogram(self, step: int, name: str, values: np.ndarray) -> None:
         self.call("log_histogram", step=step, name=name, values=values)
@@ -462,7 +478,7 @@ class RunManager:
         emitted, self._emitted = self._emitted, []
         for hook, step, name, payload in emitted:
             if hook == "log_table":
-                self.call("log_table", step=step, name=name, rows=payload)
+                self.call("log_table", step=step, name=name, rows=cap_cells(payload))
             else:
                 self.call("log_histogram", step=step, name=name, values=payload)
 
