@@ -24,6 +24,7 @@ during start-up is not reported as a run that ended.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -133,6 +134,26 @@ def bounded(seconds: float | None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+def exit_on_signal(code: int) -> None:
+    """After the command decided its exit status: a signal (e.g. a scheduler's SIGTERM while the
+    interpreter joins library threads) exits at once with that status instead of being killed."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os.write(2, f"rlhooks: {signal.Signals(signum).name} while exiting; exit status {code} stands\n".encode())
+        os._exit(code)
+
+    for sig in HANDLED:
+        signal.signal(sig, handler)
+    # the interpreter drops Python-level handlers as it finalizes (a signal then kills the process,
+    # contradicting the recorded outcome); from atexit on, the few milliseconds left ignore signals
+    atexit.register(lambda: [signal.signal(sig, signal.SIG_IGN) for sig in HANDLED])
+
+
 @contextlib.contextmanager
 def signals_interrupt() -> Iterator[None]:
     """Turn SIGINT/SIGTERM into ``Interrupted`` for the block (main thread only; elsewhere a no-op)."""
@@ -150,10 +171,17 @@ def signals_interrupt() -> Iterator[None]:
                 return
             raise Interrupted(signum)
         name = signal.Signals(signum).name.encode()
-        what = (b"the run's outcome may not be recorded" if _defer["depth"] and outcome_recorded["status"] is None
-                else b"backends not flushed and derived files not written")
+        recorded = outcome_recorded["status"]
+        code = 128 + signum
+        if _defer["depth"]:
+            what = b"the run's outcome may not be fully recorded (run_end, summary.json, the run marker)"
+        elif recorded is not None:  # derived work only: the recorded outcome stays the exit status
+            what = b"the run's outcome (" + recorded.encode() + b") is recorded; derived files (the report) not written"
+            code = {"success": 0, "interrupted": code}.get(recorded, 1)
+        else:
+            what = b"backends not flushed and the run's end not recorded"
         os.write(2, b"\nrlhooks: second " + name + b": exiting now; " + what + b"\n")
-        os._exit(128 + signum)
+        os._exit(code)
 
     previous = {}
     try:
@@ -169,4 +197,4 @@ def signals_interrupt() -> Iterator[None]:
 
 
 __all__ = ["Interrupted", "signals_interrupt", "deferred", "held", "bounded", "exit_code", "TimeBoundExceeded",
-           "note_outcome", "outcome_recorded", "END_GRACE_S"]
+           "note_outcome", "outcome_recorded", "END_GRACE_S", "exit_on_signal"]
