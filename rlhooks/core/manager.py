@@ -97,6 +97,9 @@ class Registered:
     failures_by_hook: dict[str, int] = attrs.field(factory=dict)
     #: logging calls this component never received (disabled, hung, or dropped as too slow)
     dropped: int = 0
+    #: the Options instance the config built for it (None for objects an engine registered): the
+    #: dispatcher reads a backend's tuning here, whatever attribute the plugin keeps it under
+    options: Any = None
     #: from the config (its on_error can be set there); False for objects an engine registered
     configured: bool = True
 
@@ -182,13 +185,15 @@ class RunManager:
             raise _init_error(comp, exc) from exc
 
     def _register(self, comp: ComponentConfig, obj: Any) -> Registered:
-        return self._register_object(comp.name, comp.kind, comp.path, comp.distribution, obj, comp.on_error)
+        return self._register_object(comp.name, comp.kind, comp.path, comp.distribution, obj, comp.on_error,
+                                     options=comp.options)
 
     def _register_object(
-        self, name: str, kind: str, path: str, dist: str, obj: Any, on_error: str, *, configured: bool = True
+        self, name: str, kind: str, path: str, dist: str, obj: Any, on_error: str, *, configured: bool = True,
+        options: Any = None,
     ) -> Registered:
         rec = Registered(name=name, kind=kind, path=path, distribution=dist, obj=obj, on_error=on_error,
-                         configured=configured)
+                         configured=configured, options=options)
         plugin_name = f"{path}:{name}"
         try:
             self.pm.register(self._wrap(rec), name=plugin_name)

@@ -29,6 +29,7 @@ ENTRY_POINTS = {
     "test_old_wrapper": "OldWrapperBackend",
     "test_full_at_end": "FullDiskAtEndBackend",
     "test_hang_at_end": "HangAtEndBackend",
+    "test_settings_attr": "SettingsAttrBackend",
 }
 
 
@@ -148,6 +149,24 @@ class HangAtEndBackend(CountingBackend):
     def __init__(self, options: _Opts) -> None:
         super().__init__(options)
         self.release = threading.Event()
+
+    @hookimpl
+    def on_run_end(self, status: str) -> None:
+        self.release.wait(60)
+
+
+class SettingsAttrBackend:
+    """Keeps its Options as ``self.settings`` (not ``options``) and hangs in its final flush."""
+
+    Options = _Opts
+
+    def __init__(self, options: _Opts) -> None:
+        self.settings = options
+        self.release = threading.Event()
+
+    @hookimpl
+    def log_metrics(self, step: int, metrics: Any) -> None:
+        pass
 
     @hookimpl
     def on_run_end(self, status: str) -> None:
