@@ -371,7 +371,13 @@ def _walk_present(path: Path) -> list[str]:
     return sorted(out)
 
 
-def _clear_finished_run(path: Path, command: str) -> None:
+def check_replaceable(path: str | Path, command: str) -> None:
+    """Raise the ``RunDirError`` a rerun of ``command`` in ``path`` would raise; delete nothing.
+    (``--compare`` checks all its runs first, so a refusal leaves every earlier run as it was.)"""
+    _clear_finished_run(Path(path), command, dry_run=True)
+
+
+def _clear_finished_run(path: Path, command: str, *, dry_run: bool = False) -> None:
     """Delete exactly the files a finished earlier run of ``command`` recorded in ``path``; refuse
     anything else, having deleted nothing."""
     present = _walk_present(path)
@@ -418,6 +424,8 @@ def _clear_finished_run(path: Path, command: str) -> None:
                 f"run directory {path} holds {foreign[0]!r}, which the earlier run did not write, so nothing is "
                 f"replaced; {hint}"
             )
+    if dry_run:
+        return
     log.info("replacing the earlier run", run_dir=str(path))
     # deepest first, so a directory is empty when its turn comes (anything foreign was refused above);
     # only what os.walk saw, which never descends through a symlink

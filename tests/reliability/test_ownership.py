@@ -86,3 +86,20 @@ def test_non_utf8_run_name_or_out_is_a_clean_error_naming_it(tmp_path: Path, whe
     key = "run.name" if where == "name" else "run.out_dir"
     assert key in err and "not valid UTF-8" in err and r"\xff\xfe" in err, err
     assert sorted(os.listdir(tmp_path)) == []  # nothing created
+
+
+def test_compare_reruns_refuse_on_a_foreign_file_in_one_of_its_runs(tmp_path: Path) -> None:
+    """The same holds under --compare: each run of the comparison is replaced only file by file."""
+    from rlhooks.engines.sim.compare import compare
+
+    for stem in ("a", "b"):
+        (tmp_path / f"{stem}.yaml").write_text("backends: [jsonl, tensorboard]\n")
+    configs = [tmp_path / "a.yaml", tmp_path / "b.yaml"]
+    overrides = [*FAST, "run.steps=2"]
+    compare(configs, overrides, out=tmp_path / "out", report=False)
+    foreign = tmp_path / "out" / "compare" / "b" / "tensorboard" / "mine.events"
+    foreign.write_bytes(b"not the run's")
+    before = _tree(tmp_path / "out")
+    with pytest.raises(RunDirError, match=r"holds 'tensorboard/mine.events', which the earlier run did not write"):
+        compare(configs, overrides, out=tmp_path / "out", report=False)
+    assert _tree(tmp_path / "out") == before  # run 'a' was not replaced either: checked before any run

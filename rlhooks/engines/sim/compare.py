@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhooks.core.errors import RLHooksError
-from rlhooks.core.rundir import locked, write_atomic
+from rlhooks.core.rundir import check_replaceable, locked, write_atomic
 from rlhooks.engines.sim.runs import DEFAULT_REPORT_TIMEOUT_S, safe_name, simulate_run, try_report
 from rlhooks.engines.sim.data import write_dataset
 from rlhooks.engines.sim.engine import load_sim_config, sim_options
@@ -64,6 +64,8 @@ def _compare_in(
         while name in names:
             name, i = f"{base}-{i}", i + 1
         names.append(name)
+    for name in names:  # refuse before any run is replaced, so a refusal leaves the earlier comparison whole
+        check_replaceable(root / name, "rlhooks simulate")
     summaries = []
     for c, name in zip(configs, names):
         run_overrides = [*overrides, f"run.name={name}", f"run.out_dir={root}", f"run.seed={seed}",
