@@ -58,6 +58,7 @@ from rlhooks.core.metrics import source_key, split_source_key
 from rlhooks.core.options import DispatchOptions, build_options, finite, non_negative, positive, unit_interval
 from rlhooks.core.records import METRICS_FILE, encode_record, nonfinite_name, read_records
 from rlhooks.core.run import RunContext
+from rlhooks.core.rundir import claim as claim_output
 from rlhooks.core.rundir import write_atomic
 
 if TYPE_CHECKING:
@@ -84,6 +85,8 @@ __all__ = [
     "METRICS_FILE", "encode_record", "nonfinite_name", "read_records",
     # files a plugin writes at run end (temp file + rename: never a truncated file)
     "write_atomic",
+    # a file or directory a plugin creates in the run directory: claimed first, so a rerun may replace it
+    "claim_output",
     # errors
     "RLHooksError", "ConfigError", "ConfigIssue", "DataError", "PluginError", "RegistryError",
     "UnknownComponentError", "DuplicateComponentError", "BrokenPluginError", "GenerationLimitError",

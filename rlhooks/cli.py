@@ -56,23 +56,42 @@ def main(argv: list[str] | None = None) -> int:
     from rlhooks.core import interrupt
 
     _quiet_thread_oserrors()
+    interrupt.outcome_recorded["status"] = None
     with interrupt.signals_interrupt():
-        try:
-            return int(args.func(args) or 0)
-        except rlhooks.RLHooksError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the run was ended "interrupted" and flushed
-            name = exc.signal_name if isinstance(exc, interrupt.Interrupted) else "SIGINT"
+        code = _run(args)
+    if argv is None:  # the command itself: a signal while the interpreter exits keeps this exit status
+        interrupt.exit_on_signal(code)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rlhooks.core import interrupt
+
+    try:
+        return int(args.func(args) or 0)
+    except rlhooks.RLHooksError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the run was ended "interrupted" and flushed
+        name = exc.signal_name if isinstance(exc, interrupt.Interrupted) else "SIGINT"
+        recorded = interrupt.outcome_recorded["status"]
+        if recorded is None:  # start-up: config, imports, data; no run directory says anything
+            print(f"rlhooks: interrupted by {name} during start-up, before a run was recorded; "
+                  f"nothing to resume", file=sys.stderr)
+        elif recorded != "interrupted":  # it came after the outcome was recorded: that outcome stands
+            print(f"rlhooks: {name} arrived after the run's outcome was recorded; the run ended with status "
+                  f"{recorded!r}", file=sys.stderr)
+            return 0 if recorded == "success" else 1
+        else:
             print(f"rlhooks: interrupted by {name}; the run ended with status 'interrupted'", file=sys.stderr)
-            return interrupt.exit_code(exc)
-        except OSError as exc:  # a full disk, a lost mount, a permission: say what and where, no traceback
-            if args.verbose:
-                raise
-            where = f" ({exc.filename})" if exc.filename else ""
-            print(f"error: {exc.strerror or exc}{where}; nothing was reported as successful "
-                  f"(rerun with -v for the traceback)", file=sys.stderr)
-            return 1
+        return interrupt.exit_code(exc)
+    except OSError as exc:  # a full disk, a lost mount, a permission: say what and where, no traceback
+        if args.verbose:
+            raise
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}; nothing was reported as successful "
+              f"(rerun with -v for the traceback)", file=sys.stderr)
+        return 1
 
 
 def _quiet_thread_oserrors() -> None:

@@ -172,13 +172,49 @@ def _call(impl: pluggy.HookImpl, kwargs: dict[str, Any]) -> Any:
     return impl.function(*[kwargs[a] for a in impl.argnames])
 
 
+TUNING_FIELDS = ("queue_size", "flush_timeout_s", "put_timeout_s", "max_wait_s")
+
+
+def tuning_options(rec: Any) -> Any:
+    """The Options instance holding a backend's tuning: the one its config built (whatever attribute
+    the plugin keeps it under), else its ``options`` attribute, else any attribute holding an
+    instance of its declared ``Options`` class. None, with a warning saying how to expose it, when
+    the backend declares tuning fields but no instance can be found (the defaults then apply)."""
+    found = getattr(rec, "options", None)
+    if found is not None:
+        return found
+    obj = rec.obj
+    found = getattr(obj, "options", None)
+    if found is not None:
+        return found
+    declared = getattr(type(obj), "Options", None)
+    if isinstance(declared, type):
+        for value in vars(obj).values() if hasattr(obj, "__dict__") else ():
+            if isinstance(value, declared):
+                return value
+        import attrs
+        import dataclasses
+
+        names = ({a.name for a in attrs.fields(declared)} if attrs.has(declared) else
+                 {f.name for f in dataclasses.fields(declared)} if dataclasses.is_dataclass(declared) else
+                 set(getattr(declared, "__annotations__", {})))
+        fields = [f for f in TUNING_FIELDS if f in names]
+        if fields:
+            log.warning(
+                f"backend {rec.name!r} declares {', '.join(fields)} in its Options, but rlhooks cannot find its "
+                f"Options instance, so the defaults apply; keep the instance as an attribute (e.g. self.options)",
+                plugin=rec.name,
+            )
+    return None
+
+
 class BackendDispatcher:
     """One backend's queue, worker thread, wait budget and failure bookkeeping."""
 
     def __init__(self, rec: Component, impls: dict[str, pluggy.HookImpl], on_failure: FailurePolicy) -> None:
         self.rec = rec
         self.on_failure = on_failure
-        opts = getattr(rec.obj, "options", None)
+        opts = tuning_options(rec)
         self.queue_size = int(getattr(opts, "queue_size", DEFAULT_QUEUE_SIZE))
         self.flush_timeout_s = float(getattr(opts, "flush_timeout_s", DEFAULT_FLUSH_TIMEOUT_S))
         self.put_timeout_s = float(getattr(opts, "put_timeout_s", DEFAULT_PUT_TIMEOUT_S))
@@ -345,7 +381,10 @@ class BackendDispatcher:
                 pass
             self.thread.join(max(0.0, deadline - time.monotonic()))
             if self.thread.is_alive():
-                self._declare_hung(f"it did not finish within flush_timeout_s={self.flush_timeout_s:g} s")
+                if status is not None and "on_run_end" in self._impls:
+                    self.rec.dropped += 1  # its final flush never completed: what it held is lost
+                self._declare_hung(f"it did not finish its final flush (on_run_end) within "
+                                   f"flush_timeout_s={self.flush_timeout_s:g} s")
         self.closed = True
         with _live_lock:
             _live.discard(self)

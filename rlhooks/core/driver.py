@@ -37,6 +37,9 @@ log = structlog.get_logger("rlhooks.driver")
 P = TypeVar("P")  # the engine's own batch object (a DataProto in verl)
 
 
+_as_text = np.frompyfunc(str, 1, 1)
+
+
 class Rollout(Protocol[P]):
     """An engine's operations on its own batch objects; everything else is the driver's."""
 
@@ -298,7 +301,9 @@ class StepDriver:
                 f"the engine ({type(rollout).__name__}) has no place_rewards(payload, reward) method, which "
                 f"reward functions need (see rlhooks.core.driver.Rollout)"
             )
-        targets = np.asarray(batch[TARGET]).astype(str).astype(object)  # None -> "None", as text
+        # None -> "None", as text; object-wise (astype(str) makes a fixed-width array: 4 bytes x the longest
+        # target x rows, gigabytes for one 1M-character target)
+        targets = _as_text(np.asarray(batch[TARGET], dtype=object))
         result = self.rewards.score(batch[RESPONSE], targets)
         gen.payload = rollout.place_rewards(gen.payload, result.total)
         columns: dict[str, Any] = {REWARD: result.total}

@@ -9,14 +9,22 @@ each backend (bounded by its ``flush_timeout_s``), and the engine writes its run
 The command then exits 128 + the signal number (130 for SIGINT, 143 for SIGTERM) without a
 Python traceback.
 
-A second signal while the run is being closed does not cut the cleanup short: a second SIGTERM
-is ignored (with a note), a second Ctrl-C exits at once (130) for a user who does not want to wait.
-A signal that arrives inside ``deferred()`` (ending a run: flushing backends, writing run-end
-files) is held until the block is done, then raised.
+A signal that arrives inside ``deferred()`` (recording a run's outcome: flushing backends,
+``run_end``, summary.json, the marker) is held until the block is done, then raised; inside
+``held()`` it is held and noted instead (the caller skips the work that is left). A second
+signal is honoured at once: the process exits 128 + its number, saying what was not written
+(a scheduler's second SIGTERM, or a user's second Ctrl-C, means "stop now").
+
+After the outcome is recorded, derived work (the report) runs under ``bounded()``: a signal
+stops it at once (``Interrupted``, within ``END_GRACE_S`` in practice) and a time bound stops it
+with ``TimeBoundExceeded``; the caller turns either into a warning, never into another status.
+``outcome_recorded`` says whether a run's outcome was recorded in this process, so a signal
+during start-up is not reported as a run that ended.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -26,6 +34,22 @@ from collections.abc import Iterator
 from typing import Any
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
+#: the documented bound on how long the run's end keeps going after a signal during derived work
+#: (the report): the work is stopped at its next Python instruction; see README "Guarantees"
+END_GRACE_S = 5.0
+
+#: the last run outcome recorded in this process (None: no run was recorded)
+outcome_recorded: dict[str, str | None] = {"status": None}
+
+
+def note_outcome(status: str) -> None:
+    """Called where a run's outcome is recorded (RunDirectory, RunManager)."""
+    outcome_recorded["status"] = status
+
+
+class TimeBoundExceeded(BaseException):
+    """Derived work ran past its time bound (``bounded``); a BaseException, so that the work's
+    own ``except Exception`` (one chart failing) does not swallow it."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -49,7 +73,17 @@ def exit_code(exc: KeyboardInterrupt) -> int:
     return exc.exit_code if isinstance(exc, Interrupted) else 128 + signal.SIGINT
 
 
-_defer = {"depth": 0, "pending": None}
+_defer: dict[str, Any] = {"depth": 0, "pending": None}
+
+
+class Held:
+    """What ``held()`` saw: the signal that arrived inside it (None if none)."""
+
+    signum: int | None = None
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""
 
 
 @contextlib.contextmanager
@@ -68,6 +102,59 @@ def deferred() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def held() -> Iterator[Held]:
+    """Hold SIGINT/SIGTERM for the block and note it (not raised): the caller skips what is left."""
+    out = Held()
+    _defer["depth"] += 1
+    try:
+        yield out
+    finally:
+        _defer["depth"] -= 1
+        out.signum = _defer["pending"]
+        if _defer["depth"] == 0:
+            _defer["pending"] = None
+
+
+@contextlib.contextmanager
+def bounded(seconds: float | None) -> Iterator[None]:
+    """Stop the block with ``TimeBoundExceeded`` after ``seconds`` (main thread; None/0: unbounded)."""
+    if not seconds or seconds <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_alarm(_signum: int, _frame: Any) -> None:
+        raise TimeBoundExceeded(f"did not finish within {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def exit_on_signal(code: int) -> None:
+    """After the command decided its exit status: a signal (e.g. a scheduler's SIGTERM while the
+    interpreter joins library threads) exits at once with that status instead of being killed."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os.write(2, f"rlhooks: {signal.Signals(signum).name} while exiting; exit status {code} stands\n".encode())
+        os._exit(code)
+
+    for sig in HANDLED:
+        signal.signal(sig, handler)
+    # the interpreter drops Python-level handlers as it finalizes (a signal then kills the process,
+    # contradicting the recorded outcome); from atexit on, the few milliseconds left ignore signals
+    atexit.register(lambda: [signal.signal(sig, signal.SIG_IGN) for sig in HANDLED])
+
+
+@contextlib.contextmanager
 def signals_interrupt() -> Iterator[None]:
     """Turn SIGINT/SIGTERM into ``Interrupted`` for the block (main thread only; elsewhere a no-op)."""
     if threading.current_thread() is not threading.main_thread():
@@ -78,15 +165,23 @@ def signals_interrupt() -> Iterator[None]:
     def handler(signum: int, _frame: Any) -> None:
         seen.append(signum)
         if len(seen) == 1:
-            if _defer["depth"]:  # ending a run: finish that first
+            if _defer["depth"]:  # recording a run's outcome: finish that first
                 _defer["pending"] = signum
-                os.write(2, b"rlhooks: stopping once the run's end is written\n")
+                os.write(2, b"rlhooks: stopping once the run's outcome is recorded (a second signal stops at once)\n")
                 return
             raise Interrupted(signum)
-        if signum == signal.SIGINT:
-            os.write(2, b"\nrlhooks: second Ctrl-C: exiting now, without waiting for the backends\n")
-            os._exit(128 + signal.SIGINT)
-        os.write(2, b"rlhooks: already stopping: flushing the backends and writing the run-end files\n")
+        name = signal.Signals(signum).name.encode()
+        recorded = outcome_recorded["status"]
+        code = 128 + signum
+        if _defer["depth"]:
+            what = b"the run's outcome may not be fully recorded (run_end, summary.json, the run marker)"
+        elif recorded is not None:  # derived work only: the recorded outcome stays the exit status
+            what = b"the run's outcome (" + recorded.encode() + b") is recorded; derived files (the report) not written"
+            code = {"success": 0, "interrupted": code}.get(recorded, 1)
+        else:
+            what = b"backends not flushed and the run's end not recorded"
+        os.write(2, b"\nrlhooks: second " + name + b": exiting now; " + what + b"\n")
+        os._exit(code)
 
     previous = {}
     try:
@@ -101,4 +196,5 @@ def signals_interrupt() -> Iterator[None]:
             signal.signal(sig, old)
 
 
-__all__ = ["Interrupted", "signals_interrupt", "deferred", "exit_code"]
+__all__ = ["Interrupted", "signals_interrupt", "deferred", "held", "bounded", "exit_code", "TimeBoundExceeded",
+           "note_outcome", "outcome_recorded", "END_GRACE_S", "exit_on_signal"]

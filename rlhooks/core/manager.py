@@ -56,6 +56,22 @@ if TYPE_CHECKING:  # the Sampler base imports torch; only annotations need it he
 log = structlog.get_logger("rlhooks.manager")
 
 MAX_CONSECUTIVE_FAILURES = 3
+#: characters kept of one table cell's text before any backend sees it (README "Guarantees"):
+#: a 1M-character field costs every backend, and metrics.jsonl, no more than this
+TABLE_CELL_MAX_CHARS = 10_000
+
+
+def cap_cells(rows: list[Mapping[str, Any]], limit: int = TABLE_CELL_MAX_CHARS) -> list[Mapping[str, Any]]:
+    """``rows`` with text cells longer than ``limit`` cut, ending in a visible ``… [+N chars]``."""
+    out: list[Mapping[str, Any]] = []
+    for row in rows:  # a table is a few sampled rows, not a batch
+        long = [k for k, v in row.items() if isinstance(v, str) and len(v) > limit]
+        if long:
+            row = dict(row)
+            for k in long:
+                row[k] = f"{row[k][:limit]}… [+{len(row[k]) - limit} chars]"
+        out.append(row)
+    return out
 #: key of the learning state in RunManager.state_dict() (not a config path)
 LEARNING_KEY = "__learning__"
 TRACE_ENV = "RLHOOKS_TRACE"
@@ -81,6 +97,9 @@ class Registered:
     failures_by_hook: dict[str, int] = attrs.field(factory=dict)
     #: logging calls this component never received (disabled, hung, or dropped as too slow)
     dropped: int = 0
+    #: the Options instance the config built for it (None for objects an engine registered): the
+    #: dispatcher reads a backend's tuning here, whatever attribute the plugin keeps it under
+    options: Any = None
     #: from the config (its on_error can be set there); False for objects an engine registered
     configured: bool = True
 
@@ -166,13 +185,15 @@ class RunManager:
             raise _init_error(comp, exc) from exc
 
     def _register(self, comp: ComponentConfig, obj: Any) -> Registered:
-        return self._register_object(comp.name, comp.kind, comp.path, comp.distribution, obj, comp.on_error)
+        return self._register_object(comp.name, comp.kind, comp.path, comp.distribution, obj, comp.on_error,
+                                     options=comp.options)
 
     def _register_object(
-        self, name: str, kind: str, path: str, dist: str, obj: Any, on_error: str, *, configured: bool = True
+        self, name: str, kind: str, path: str, dist: str, obj: Any, on_error: str, *, configured: bool = True,
+        options: Any = None,
     ) -> Registered:
         rec = Registered(name=name, kind=kind, path=path, distribution=dist, obj=obj, on_error=on_error,
-                         configured=configured)
+                         configured=configured, options=options)
         plugin_name = f"{path}:{name}"
         try:
             self.pm.register(self._wrap(rec), name=plugin_name)
@@ -282,9 +303,12 @@ class RunManager:
         """Call every enabled implementation of ``hook``; returns (component, result) pairs."""
         return list(self._each(hook, kwargs))
 
-    def _each(self, hook: str, kwargs: Mapping[str, Any]) -> Iterator[tuple[Registered, Any]]:
+    def _each(self, hook: str, kwargs: Mapping[str, Any], *, skip: set[int] | None = None,
+              only: set[int] | None = None) -> Iterator[tuple[Registered, Any]]:
         """Implementations called one at a time, lazily: the caller sees a result before the next call."""
         for rec, fn, argnames in self._impls(hook):
+            if (skip is not None and id(rec) in skip) or (only is not None and id(rec) not in only):
+                continue
             if rec.disabled and hook != "on_run_end":  # still ends: it closes files, stops its backend thread
                 if hook in dispatch.LOGGING_HOOKS:
                     rec.dropped += 1
@@ -366,14 +390,29 @@ class RunManager:
         self.call("log_metrics", step=step, metrics=MappingProxyType(dict(metrics)))
 
     def log_table(self, step: int, name: str, rows: list[dict[str, Any]]) -> None:
-        self.call("log_table", step=step, name=name, rows=rows)
+        self.call("log_table", step=step, name=name, rows=cap_cells(rows))
 
     def log_histogram(self, step: int, name: str, values: np.ndarray) -> None:
         self.call("log_histogram", step=step, name=name, values=values)
 
-    def end(self, status: str) -> None:
+    def end(self, status: str) -> str:
+        """End every component; returns the run's final status.
+
+        Components that record the outcome (``records_outcome = True`` on the plugin, e.g. the
+        JSONL backend's ``run_end``) end last, with the status as it stands once every other
+        backend finished its final flush: a backend that failed or hung there lost data, so
+        the run is "failed" in every place that states it.
+        """
         self.dispatch_emitted()
-        self.call("on_run_end", status=status)
+        recorders = {id(rec) for rec, _, _ in self._impls("on_run_end") if getattr(rec.obj, "records_outcome", False)}
+        list(self._each("on_run_end", {"status": status}, skip=recorders))
+        if status == "success" and self.lost_data():
+            status = "failed"
+        self.final_status = status
+        list(self._each("on_run_end", {"status": status}, only=recorders))
+        if status == "success" and self.lost_data():  # a recorder itself failed: its record is missing
+            status = self.final_status = "failed"
+        return status
 
     @contextlib.contextmanager
     def running(self) -> Iterator[RunManager]:
@@ -401,7 +440,7 @@ class RunManager:
                             status = "failed"
                     self.final_status = status
                     try:
-                        self.end(status)
+                        interrupt.note_outcome(self.end(status))
                     finally:
                         self.report_failures()
 
@@ -411,7 +450,7 @@ class RunManager:
         for rec in self.components:
             if rec.kind != "backend":
                 continue
-            failed = sum(n for h, n in rec.failures_by_hook.items() if h != "on_run_end")
+            failed = rec.total_failures  # on_run_end too: a final flush that failed lost what it held
             if failed or rec.dropped:
                 out.append(f"{rec.label}: {failed} failed call(s), {rec.dropped} call(s) not delivered"
                            + (", disabled" if rec.disabled else ""))
@@ -444,7 +483,7 @@ class RunManager:
         emitted, self._emitted = self._emitted, []
         for hook, step, name, payload in emitted:
             if hook == "log_table":
-                self.call("log_table", step=step, name=name, rows=payload)
+                self.call("log_table", step=step, name=name, rows=cap_cells(payload))
             else:
                 self.call("log_histogram", step=step, name=name, values=payload)
 

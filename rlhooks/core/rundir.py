@@ -32,7 +32,6 @@ import errno
 import fcntl
 import json
 import os
-import shutil
 import socket
 import tempfile
 import threading
@@ -42,6 +41,7 @@ from typing import Any
 
 import structlog
 
+from rlhooks.core import interrupt
 from rlhooks.core.errors import RLHooksError
 
 log = structlog.get_logger("rlhooks.rundir")
@@ -73,6 +73,9 @@ def check_run_name(name: Any) -> str | None:
         return f"must be one directory name without path separators, got {name!r} (put the parent in run.out_dir)"
     if "\x00" in name:
         return "must not contain a NUL character"
+    problem = check_path_text(name)
+    if problem:
+        return problem
     if len(name.encode("utf-8", "surrogatepass")) > 255:
         return "is longer than 255 bytes, the limit of a directory name"
     return None
@@ -212,7 +215,13 @@ def _read_marker(path: Path) -> dict[str, Any] | None:
 
 
 class RunDirectory:
-    """``<out_dir>/<name>`` made (or replaced) by ``command``, locked until ``finish``."""
+    """``<out_dir>/<name>`` made (or replaced) by ``command``, locked until ``finish``.
+
+    Ownership: everything the run writes is claimed *before* it is created (``claim``; the
+    built-in writers and ``write_atomic`` do it), and the marker is rewritten at each new claim.
+    When the outcome is recorded, the files inside the claimed entries are listed too; a rerun
+    deletes exactly those files (and then their directories, once empty), nothing else.
+    """
 
     def __init__(self, path: Path, lock: RunDirLock, command: str) -> None:
         self.path = path
@@ -220,6 +229,8 @@ class RunDirectory:
         self.command = command
         self.started = _now()
         self.finished = False
+        self.status: str | None = None
+        self.owned: set[str] = set()  # top-level entries this run created (claimed before creating)
 
     @classmethod
     def create(cls, out_dir: str | Path, name: str, *, command: str) -> RunDirectory:
@@ -227,37 +238,78 @@ class RunDirectory:
         problem = check_run_name(name)
         if problem:
             raise RunDirError(f"run.name {problem}")
+        problem = check_path_text(out_dir)
+        if problem:
+            raise RunDirError(f"run.out_dir (--out) {problem}")
         path = Path(out_dir) / name
         lock = RunDirLock(path, command).acquire()
         try:
             _clear_finished_run(path, command)
             rd = cls(path, lock, command)
-            write_atomic(path / MARKER_FILE, json.dumps({
-                "made_by": command, "pid": os.getpid(), "host": socket.gethostname(), "started": rd.started,
-                "finished": None,
-            }, indent=1) + "\n")
+            interrupt.outcome_recorded["status"] = None  # a new run: nothing recorded for it yet
+            rd._write_marker()
         except BaseException:
             lock.release()
             raise
+        with _active_lock:
+            _active.append(rd)
         return rd
 
-    def entries(self) -> list[str]:
-        """What the run wrote: the directory's entries minus rlhooks' own bookkeeping files."""
-        return sorted(p.name for p in self.path.iterdir() if p.name not in BOOKKEEPING)
+    def claim(self, name: str) -> None:
+        """Record the top-level entry ``name`` as this run's (call before creating it)."""
+        if name in self.owned or name in BOOKKEEPING:
+            return
+        self.owned.add(name)
+        try:
+            self._write_marker()
+        except OSError as exc:  # the run goes on; a rerun will refuse to delete what is not listed
+            log.error(f"cannot record {name!r} in {self.path / MARKER_FILE}: {exc.strerror or exc}")
 
-    def finish(self, status: str) -> None:
-        """Record the run as finished (status and entries, so a rerun may replace them) and unlock."""
+    def entries(self) -> list[str]:
+        """What the run wrote: the claimed top-level entries present now."""
+        return sorted(n for n in self.owned if os.path.lexists(self.path / n))
+
+    def files(self) -> list[str]:
+        """Relative paths of every file and directory inside the claimed entries, now."""
+        out: list[str] = []
+        for name in self.entries():
+            top = self.path / name
+            out.append(name)
+            if top.is_dir() and not top.is_symlink():
+                for root, dirs, files in os.walk(top):
+                    rel = os.path.relpath(root, self.path)
+                    out.extend(os.path.join(rel, n) for n in (*dirs, *files))
+        return sorted(out)
+
+    def _write_marker(self) -> None:
+        rec: dict[str, Any] = {
+            "made_by": self.command, "pid": os.getpid(), "host": socket.gethostname(), "started": self.started,
+            "finished": _now() if self.status is not None else None, "owned": sorted(self.owned),
+        }
+        if self.status is not None:
+            rec.update(status=self.status, entries=self.entries(), files=self.files())
+        write_atomic(self.path / MARKER_FILE, json.dumps(rec, indent=1) + "\n", claim_it=False)
+
+    def record_outcome(self, status: str) -> None:
+        """Record the run's outcome and every file it owns now (the lock stays held)."""
+        self.status = status
+        interrupt.note_outcome(status)
+        try:
+            self._write_marker()
+        except OSError as exc:  # the run's own files matter more; a rerun will then refuse to replace
+            log.error(f"cannot record the end of the run in {self.path / MARKER_FILE}: {exc.strerror or exc}")
+
+    def finish(self, status: str | None = None) -> None:
+        """Record the outcome (``status``, or the one recorded already) with the files owned now; unlock."""
         if self.finished:
             return
         self.finished = True
         try:
-            write_atomic(self.path / MARKER_FILE, json.dumps({
-                "made_by": self.command, "pid": os.getpid(), "host": socket.gethostname(), "started": self.started,
-                "finished": _now(), "status": status, "entries": self.entries(),
-            }, indent=1) + "\n")
-        except OSError as exc:  # the run's own files matter more; a rerun will then refuse to replace
-            log.error(f"cannot record the end of the run in {self.path / MARKER_FILE}: {exc.strerror or exc}")
+            self.record_outcome(status or self.status or "failed")
         finally:
+            with _active_lock:
+                if self in _active:
+                    _active.remove(self)
             self.lock.release()
 
     def __enter__(self) -> RunDirectory:
@@ -266,13 +318,70 @@ class RunDirectory:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if not self.finished:
             interrupted = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
-            self.finish("success" if exc_type is None else "interrupted" if interrupted else "failed")
+            self.finish(self.status or ("success" if exc_type is None else "interrupted" if interrupted else "failed"))
 
 
-def _clear_finished_run(path: Path, command: str) -> None:
-    """Delete what a finished earlier run of ``command`` wrote in ``path``; refuse anything else."""
-    present = sorted(p.name for p in path.iterdir() if p.name != LOCK_FILE)
-    if not present:
+_active: list[RunDirectory] = []  # run directories of this process that are being written
+_active_lock = threading.Lock()
+
+
+def claim(path: str | Path) -> None:
+    """Record ``path`` as written by the run whose directory holds it (call before creating it).
+
+    A rerun deletes only what its run claimed; a third-party backend writing into the run
+    directory calls this (``rlhooks.claim_output``) so that a rerun may replace its files.
+    Outside a run directory this does nothing.
+    """
+    if not _active:
+        return
+    p = os.path.abspath(path)
+    with _active_lock:
+        active = list(_active)
+    for rd in active:
+        root = os.path.abspath(rd.path)
+        if p != root and p.startswith(root + os.sep):
+            rd.claim(p[len(root) + 1:].split(os.sep, 1)[0])
+
+
+def check_path_text(path: Any) -> str | None:
+    """Why ``path`` cannot be written as a file name (not valid UTF-8, a NUL), or None."""
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    if "\x00" in text:
+        return f"must not contain a NUL character: {text!r}"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start:exc.end].encode("utf-8", "surrogateescape")
+        return (f"is not valid UTF-8 (bytes {bad!r} at character {exc.start} of "
+                f"{text.encode('utf-8', 'surrogateescape')!r}); rename it with UTF-8 characters only")
+    return None
+
+
+def _walk_present(path: Path) -> list[str]:
+    """Relative paths of everything in ``path`` (files and directories), minus rlhooks' bookkeeping."""
+    out: list[str] = []
+    for root, dirs, files in os.walk(path):
+        rel = os.path.relpath(root, path)
+        for n in (*dirs, *files):
+            r = n if rel == "." else os.path.join(rel, n)
+            if r not in BOOKKEEPING:
+                out.append(r)
+    return sorted(out)
+
+
+def check_replaceable(path: str | Path, command: str) -> None:
+    """Raise the ``RunDirError`` a rerun of ``command`` in ``path`` would raise; delete nothing.
+    (``--compare`` checks all its runs first, so a refusal leaves every earlier run as it was.)"""
+    _clear_finished_run(Path(path), command, dry_run=True)
+
+
+def _clear_finished_run(path: Path, command: str, *, dry_run: bool = False) -> None:
+    """Delete exactly the files a finished earlier run of ``command`` recorded in ``path``; refuse
+    anything else, having deleted nothing."""
+    present = _walk_present(path)
+    if not present and not (path / MARKER_FILE).exists():
         return
     marker = _read_marker(path / MARKER_FILE)
     hint = "choose another run.name or --out, or move it away yourself"
@@ -281,37 +390,53 @@ def _clear_finished_run(path: Path, command: str) -> None:
             f"run directory {path} exists and was not made by '{command}'; {hint} "
             f"(rlhooks never deletes a directory it did not create)"
         )
-    if marker.get("legacy"):  # an older version's run: no list of what it wrote, nor whether it finished
-        listed = [n for n in present if n != MARKER_FILE]
-        foreign = [n for n in listed if n not in LEGACY_ENTRIES]
-        if foreign or "summary.json" not in listed:
-            why = (f"holds {', '.join(repr(n) for n in foreign[:5])}{' ...' if len(foreign) > 5 else ''}, which "
-                   f"an older rlhooks simulate run does not write by default" if foreign
-                   else "holds an older rlhooks simulate run without summary.json (it did not finish)")
-            raise RunDirError(f"run directory {path} {why}, so nothing is replaced; {hint}")
+    if marker.get("legacy") or "files" not in marker:
+        # an older version's run: it did not record the files inside its directories
+        top = sorted(n for n in present if os.sep not in n)
+        allowed = LEGACY_ENTRIES if marker.get("legacy") else {n for n in marker.get("entries", []) if isinstance(n, str)}
+        if not marker.get("legacy") and marker.get("finished") is None:
+            raise RunDirError(f"run directory {path} holds a run that did not finish ({_holder_text(marker)}; "
+                              f"killed or crashed), so it is not replaced; {hint}")
+        foreign = [n for n in top if n not in allowed]
+        dirs = [n for n in top if n in allowed and (path / n).is_dir() and not (path / n).is_symlink()]
+        if foreign:
+            raise RunDirError(f"run directory {path} holds {foreign[0]!r}, which the earlier run did not write, "
+                              f"so nothing is replaced; {hint}")
+        if marker.get("legacy") and "summary.json" not in top:
+            raise RunDirError(f"run directory {path} holds an older rlhooks simulate run without summary.json "
+                              f"(it did not finish), so nothing is replaced; {hint}")
+        if dirs:
+            raise RunDirError(
+                f"run directory {path} holds {dirs[0]!r}, a directory of an older rlhooks run that did not record "
+                f"the files it wrote there, so nothing is replaced (rlhooks never deletes a directory wholesale); {hint}"
+            )
+        recorded = set(top)
     else:
         if marker.get("finished") is None:
             raise RunDirError(
                 f"run directory {path} holds a run that did not finish ({_holder_text(marker)}; killed or "
                 f"crashed), so it is not replaced; {hint}"
             )
-        listed = [n for n in marker.get("entries", []) if isinstance(n, str)]
-        foreign = [n for n in present if n not in listed and n != MARKER_FILE]
+        recorded = {n for n in marker.get("files", []) if isinstance(n, str)}
+        foreign = [n for n in present if n not in recorded]
         if foreign:
             raise RunDirError(
-                f"run directory {path} holds {', '.join(repr(n) for n in foreign[:5])}"
-                f"{' ...' if len(foreign) > 5 else ''}, which the earlier run did not write, so nothing is replaced; {hint}"
+                f"run directory {path} holds {foreign[0]!r}, which the earlier run did not write, so nothing is "
+                f"replaced; {hint}"
             )
+    if dry_run:
+        return
     log.info("replacing the earlier run", run_dir=str(path))
-    for name in listed:
-        if name in BOOKKEEPING or name in ("", ".", "..") or "/" in name or os.sep in name:
-            continue  # only plain entries directly inside the run directory
-        target = path / name
-        if target.is_symlink() or not target.is_dir():
+    # deepest first, so a directory is empty when its turn comes (anything foreign was refused above);
+    # only what os.walk saw, which never descends through a symlink
+    for rel in sorted(recorded & set(present), key=lambda r: (-r.count(os.sep), r)):
+        target = path / rel
+        if target.is_dir() and not target.is_symlink():
+            with contextlib.suppress(FileNotFoundError):
+                target.rmdir()
+        else:
             with contextlib.suppress(FileNotFoundError):
                 target.unlink()
-        else:
-            shutil.rmtree(target)
     with contextlib.suppress(FileNotFoundError):
         (path / MARKER_FILE).unlink()
 
@@ -319,14 +444,18 @@ def _clear_finished_run(path: Path, command: str) -> None:
 # -- atomic files ----------------------------------------------------------------------------------
 
 
-def write_atomic(path: str | Path, text: str | bytes, encoding: str = "utf-8") -> Path:
+def write_atomic(path: str | Path, text: str | bytes, encoding: str = "utf-8", *, claim_it: bool = True) -> Path:
     """Write ``path`` all at once: a temporary file beside it, fsync, rename over ``path``.
+
+    Inside a run directory being written, ``path`` is claimed as the run's first (see ``claim``).
 
     On any error (a full disk, ENOSPC) the temporary file is removed and the OSError raised;
     an earlier ``path`` is left as it was, and no empty or partial ``path`` is ever seen.
     """
     path = Path(path)
     data = text.encode(encoding) if isinstance(text, str) else text
+    if claim_it:
+        claim(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -355,6 +484,6 @@ def locked(run_dir: str | Path, command: str = "rlhooks") -> Iterator[RunDirLock
 
 
 __all__ = [
-    "RunDirError", "RunDirLock", "RunDirectory", "check_run_name", "safe_run_name", "write_atomic", "locked",
+    "RunDirError", "RunDirLock", "RunDirectory", "check_run_name", "check_path_text", "claim", "safe_run_name", "write_atomic", "locked",
     "LOCK_FILE", "MARKER_FILE",
 ]

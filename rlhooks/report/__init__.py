@@ -17,8 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import structlog
 
+from rlhooks.core.metrics import split_source_key
+from rlhooks.core.rundir import write_atomic
 from rlhooks.report.charts import CHARTS, render_chart
 from rlhooks.report.reader import ReportError, RunData, Table, load_run
 
@@ -26,6 +29,12 @@ log = structlog.get_logger("rlhooks.report")
 
 REPORT_FILE = "report.html"
 MAX_CELL = 400  # characters of text shown per table cell
+#: sources drawn per chart at most: with thousands, the largest (most trained rows) are drawn and the
+#: page says so; drawing every one takes minutes and no reader can tell 10,000 lines apart
+MAX_REPORT_SOURCES = 10
+#: keys named ``<prefix><source>`` (besides ``source/<source>/<metric>``)
+_PER_SOURCE_PREFIXES = ("sim/accuracy/", "sim/skill/", "sampler/weight/", "sampler/reward_ema/",
+                        "sim/malformed_rate/")
 #: final values shown per run in the page header
 HEADLINE = (
     ("sim/accuracy/mean", "mean accuracy"), ("rewards/mean", "mean reward"), ("curriculum/level", "curriculum level"),
@@ -49,7 +58,7 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     charts: list[tuple[str, Path]] = []
-    notes: list[str] = []
+    notes: list[str] = [n for r in runs for n in [_keep_largest_sources(r)] if n]
     for chart in CHARTS:
         try:
             path = render_chart(chart, runs, out)
@@ -62,7 +71,7 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
         else:
             charts.append((chart.title, path))
     page = out / REPORT_FILE
-    page.write_text(_page(runs, charts, notes), encoding="utf-8")
+    write_atomic(page, _page(runs, charts, notes))  # a reader never sees half a page (a full disk)
     log.info("report written", page=str(page), charts=len(charts), skipped=len(notes))
     return page
 
@@ -90,6 +99,42 @@ def _fmt(v: float | None) -> str:
     if abs(v) >= 1000 and float(v).is_integer():
         return f"{v:,.0f}"
     return f"{v:.4g}"
+
+
+def _source_of(key: str, known: set[str]) -> str | None:
+    split = split_source_key(key)
+    if split is not None:
+        return split[0]
+    for prefix in _PER_SOURCE_PREFIXES:
+        if key.startswith(prefix) and key != prefix + "mean":
+            return key[len(prefix):]
+    parts = key.split("/", 2)  # e.g. sim/malformed_rate/<source>: any <group>/<metric>/<a known source>
+    return parts[2] if len(parts) == 3 and parts[2] in known else None
+
+
+def _keep_largest_sources(run: RunData, limit: int = MAX_REPORT_SOURCES) -> str | None:
+    """Drop the series of all but the ``limit`` largest sources of ``run``; a note saying so, or None."""
+    known = {src for key in run.series for src in [_source_of(key, set())] if src is not None}
+    if len(known) <= limit:
+        return None
+    by_source: dict[str, list[str]] = {}
+    for key in run.series:
+        src = _source_of(key, known)
+        if src is not None:
+            by_source.setdefault(src, []).append(key)
+    if len(by_source) <= limit:
+        return None
+
+    def size(src: str) -> tuple[float, float]:  # trained rows, then generated rows
+        return tuple(float(np.nansum(run.series[k][1])) if k in run.series else 0.0
+                     for k in (f"source/{src}/count", f"source/{src}/generated_count"))
+
+    kept = sorted(by_source, key=lambda src: (*(-x for x in size(src)), src))[:limit]
+    for src in set(by_source) - set(kept):
+        for key in by_source[src]:
+            del run.series[key]
+    return (f"{run.name}: {len(by_source):,} sources; the {limit} largest (most trained rows) are drawn: "
+            f"{', '.join(kept)}")
 
 
 def _page(runs: list[RunData], charts: list[tuple[str, Path]], notes: list[str]) -> str:

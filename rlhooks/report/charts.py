@@ -8,6 +8,7 @@ panel left is skipped with a note saying which metrics were missing.
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import attrs
 import numpy as np
 
 from rlhooks.core.metrics import split_source_key
+from rlhooks.core.rundir import write_atomic
 from rlhooks.report.reader import RunData
 
 LINESTYLES = ("-", "--", ":", "-.")
@@ -174,6 +176,8 @@ def render_chart(chart: Chart, runs: list[RunData], out_dir: Path) -> Path | Non
     fig.suptitle(title, fontsize=12)
     fig.tight_layout()
     out = out_dir / chart.file
-    fig.savefig(out, dpi=90)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
     plt.close(fig)
+    write_atomic(out, buf.getvalue())  # never a cut PNG
     return out

@@ -27,6 +27,9 @@ ENTRY_POINTS = {
     "test_failing_start": "FailingStartBackend",
     "test_wrapper": "WrapperBackend",
     "test_old_wrapper": "OldWrapperBackend",
+    "test_full_at_end": "FullDiskAtEndBackend",
+    "test_hang_at_end": "HangAtEndBackend",
+    "test_settings_attr": "SettingsAttrBackend",
 }
 
 
@@ -128,6 +131,46 @@ class FailingStartBackend(CountingBackend):
     @hookimpl
     def on_run_start(self, run: Any) -> None:
         raise PermissionError("login refused")
+
+
+class FullDiskAtEndBackend(CountingBackend):
+    """Its final flush hits a full disk (what it buffered is lost)."""
+
+    @hookimpl
+    def on_run_end(self, status: str) -> None:
+        import errno
+
+        raise OSError(errno.ENOSPC, "No space left on device", "buffered-events.bin")
+
+
+class HangAtEndBackend(CountingBackend):
+    """Its final flush blocks until ``release`` is set (a network upload that never returns)."""
+
+    def __init__(self, options: _Opts) -> None:
+        super().__init__(options)
+        self.release = threading.Event()
+
+    @hookimpl
+    def on_run_end(self, status: str) -> None:
+        self.release.wait(60)
+
+
+class SettingsAttrBackend:
+    """Keeps its Options as ``self.settings`` (not ``options``) and hangs in its final flush."""
+
+    Options = _Opts
+
+    def __init__(self, options: _Opts) -> None:
+        self.settings = options
+        self.release = threading.Event()
+
+    @hookimpl
+    def log_metrics(self, step: int, metrics: Any) -> None:
+        pass
+
+    @hookimpl
+    def on_run_end(self, status: str) -> None:
+        self.release.wait(60)
 
 
 class WrapperBackend(CountingBackend):

@@ -17,7 +17,13 @@ import structlog
 
 from rlhooks.core.errors import RLHooksError
 from rlhooks.engines.sim.compare import compare, format_comparison
-from rlhooks.engines.sim.runs import build_summary, default_config_path, format_summary, simulate_run
+from rlhooks.engines.sim.runs import (
+    DEFAULT_REPORT_TIMEOUT_S,
+    build_summary,
+    default_config_path,
+    format_summary,
+    simulate_run,
+)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -38,6 +44,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--target-accuracy", type=float, help="accuracy for 'steps to target' (simulate.target_accuracy)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-report", action="store_true", help="do not write the HTML/PNG report at the end")
+    p.add_argument("--report-timeout", type=float, default=DEFAULT_REPORT_TIMEOUT_S, metavar="SECONDS",
+                   help="time bound of the report drawn after the run's outcome is recorded; past it the run "
+                   f"ends without a report, with a warning (default {DEFAULT_REPORT_TIMEOUT_S:g}; 0: no bound)")
     p.set_defaults(func=cmd_simulate)
 
 
@@ -69,14 +78,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if args.config:
             raise RLHooksError("give either CONFIG or --compare A.yaml B.yaml ..., not both")
         result = compare(args.compare, _overrides(args), data=args.data, progress=not args.no_progress,
-                         report=not args.no_report, out=args.out)
+                         report=not args.no_report, out=args.out, report_timeout_s=args.report_timeout)
         print(format_comparison(result))
         failed = [r for r in result["runs"] if r["status"] != "success"]
         for r in failed:  # a comparison over a run that lost data is not a success either
             _print_failure(r, f"run {r['name']!r} ")
         return 1 if failed else 0
     summary = simulate_run(args.config, _overrides(args), data=args.data, progress=not args.no_progress,
-                           report=not args.no_report)
+                           report=not args.no_report, report_timeout_s=args.report_timeout)
     print(format_summary(summary))
     if summary["status"] != "success":
         _print_failure(summary)

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from rlhooks.core.errors import RLHooksError
-from rlhooks.core.rundir import locked, write_atomic
-from rlhooks.engines.sim.runs import safe_name, simulate_run, try_report
+from rlhooks.core.rundir import check_replaceable, locked, write_atomic
+from rlhooks.engines.sim.runs import DEFAULT_REPORT_TIMEOUT_S, safe_name, simulate_run, try_report
 from rlhooks.engines.sim.data import write_dataset
 from rlhooks.engines.sim.engine import load_sim_config, sim_options
 
@@ -32,6 +32,7 @@ def compare(
     out: str | Path | None = None,
     progress: bool = False,
     report: bool = True,
+    report_timeout_s: float | None = DEFAULT_REPORT_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Run every config on the same data and seed; returns {"runs": [summaries], "report": path, ...}."""
     if len(configs) < 2:
@@ -42,12 +43,13 @@ def compare(
     root = Path(out or "runs") / "compare"
     # one comparison at a time in a root: another would replace this one's finished runs and data
     with locked(root, "rlhooks simulate --compare"):
-        return _compare_in(root, configs, overrides, data=data, progress=progress, report=report)
+        return _compare_in(root, configs, overrides, data=data, progress=progress, report=report,
+                           report_timeout_s=report_timeout_s)
 
 
 def _compare_in(
     root: Path, configs: Sequence[str | Path], overrides: Sequence[str], *, data: str | Path | None,
-    progress: bool, report: bool,
+    progress: bool, report: bool, report_timeout_s: float | None = DEFAULT_REPORT_TIMEOUT_S,
 ) -> dict[str, Any]:
     first = load_sim_config(configs[0], overrides=[o for o in overrides if o.startswith(("simulate.", "run.seed"))])
     if data is None:
@@ -62,6 +64,8 @@ def _compare_in(
         while name in names:
             name, i = f"{base}-{i}", i + 1
         names.append(name)
+    for name in names:  # refuse before any run is replaced, so a refusal leaves the earlier comparison whole
+        check_replaceable(root / name, "rlhooks simulate")
     summaries = []
     for c, name in zip(configs, names):
         run_overrides = [*overrides, f"run.name={name}", f"run.out_dir={root}", f"run.seed={seed}",
@@ -69,7 +73,7 @@ def _compare_in(
         summaries.append(simulate_run(c, run_overrides, data=data, progress=progress, report=False))
     result: dict[str, Any] = {"configs": [str(c) for c in configs], "data": str(data), "seed": seed, "runs": summaries}
     if report:
-        result["report"] = try_report([Path(s["run_dir"]) for s in summaries], root / "report")
+        result["report"] = try_report([Path(s["run_dir"]) for s in summaries], root / "report", timeout_s=report_timeout_s)
     result["generation_chart"] = _try_generation_chart(summaries, root / "generated_vs_accuracy.png")
     write_atomic(root / "comparison.json", json.dumps(result, indent=2, default=str) + "\n")
     write_atomic(root / "comparison.md", format_comparison(result) + "\n")

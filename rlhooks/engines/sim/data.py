@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 import structlog
 
 from rlhooks.core.data import DataError, DatasetColumns, complexity_scores, source_codes
+from rlhooks.core.rundir import claim
 
 log = structlog.get_logger("rlhooks.sim")
 
@@ -179,6 +180,7 @@ def generate_table(rows_per_source: int = 500, seed: int = 0, sources: tuple[str
 
 def write_dataset(path: str | Path, rows_per_source: int = 500, seed: int = 0, sources: tuple[str, ...] | None = None) -> Path:
     path = Path(path)
+    claim(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(generate_table(rows_per_source, seed, sources), path)
     return path

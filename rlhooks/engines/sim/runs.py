@@ -39,6 +39,10 @@ def fresh_run_dir(config: Config) -> RunDirectory:
     return RunDirectory.create(config.run.out_dir, config.run.name, command="rlhooks simulate")
 
 
+#: the report's default time bound (``--report-timeout``); past it the run ends without a report
+DEFAULT_REPORT_TIMEOUT_S = 120.0
+
+
 def simulate_run(
     source: str | Path | None,
     overrides: Sequence[str] = (),
@@ -46,12 +50,17 @@ def simulate_run(
     data: str | Path | None = None,
     progress: bool = False,
     report: bool = True,
+    report_timeout_s: float | None = DEFAULT_REPORT_TIMEOUT_S,
 ) -> dict[str, Any]:
     """One simulated run from a config file (None: the embedded default); returns its summary.
 
-    The summary (and summary.json) is written for an interrupted or failed run too; then the
-    KeyboardInterrupt or error is raised again. ``summary["status"]`` is the run's status as the
-    plugins saw it in ``on_run_end`` ("failed" also when a backend lost logged data).
+    The run's end is ordered: the training's outcome first (the backends' ``on_run_end`` with the
+    JSONL ``run_end``, then summary.json and the run marker, each written atomically), then the
+    derived files (the report), bounded by ``report_timeout_s`` and stopped by a signal; a failure
+    there is a warning naming the file, never a change of the status. ``summary["status"]`` is
+    the run's status as the plugins saw it in ``on_run_end`` ("failed" also when a backend lost
+    logged data). An interrupted or failed run's summary is written too; then the KeyboardInterrupt
+    or error is raised again.
     """
     config = load_sim_config(source if source is not None else default_config_path(), overrides=list(overrides))
     with fresh_run_dir(config) as rd:
@@ -60,42 +69,98 @@ def simulate_run(
         dataset = prepare_data(sim_options(config), run_dir, data)
         engine = SimEngine(config, dataset, run_dir=run_dir)
         t0 = time.perf_counter()
+        stopped = None  # the signal that arrived while the run was ending (its outcome stands)
         try:
             engine.run(progress=progress)
+        except KeyboardInterrupt as exc:
+            ended = engine.manager.final_status
+            if ended is None or ended == "interrupted":  # stopped while training: that is the outcome
+                _record_after_error(engine, time.perf_counter() - t0, rd)
+                raise
+            stopped = exc.signal_name if isinstance(exc, interrupt.Interrupted) else "SIGINT"
         except BaseException:
-            with interrupt.deferred():
-                try:
-                    _write_summary(engine, time.perf_counter() - t0, run_dir, report=False)
-                except OSError as exc:  # the run's own error (or the interrupt) is the one to report
-                    log.error(f"cannot write {run_dir / 'summary.json'}: {exc.strerror or exc}")
-                rd.finish(engine.manager.final_status or "failed")
+            _record_after_error(engine, time.perf_counter() - t0, rd)
             raise
-        with interrupt.deferred():  # a SIGTERM now waits until the run-end files are written
-            summary = _write_summary(engine, time.perf_counter() - t0, run_dir, report=report)
-            rd.finish(summary["status"])
+        with interrupt.held() as late:  # the outcome is recorded whole, even under a signal
+            summary = _record_outcome(engine, time.perf_counter() - t0, rd, report=report)
+        stopped = stopped or late.signal_name or None
+        if report and summary["status"] != "interrupted":
+            if stopped:
+                log.warning(f"no report: {stopped} arrived as the run ended; the run's outcome "
+                            f"({summary['status']}) is recorded. Draw it later: rlhooks report {run_dir}")
+            else:
+                _add_report(summary, rd, report_timeout_s)
+        rd.finish()
     return summary
 
 
-def _write_summary(engine: SimEngine, elapsed: float, run_dir: Path, *, report: bool) -> dict[str, Any]:
-    summary = build_summary(engine, elapsed, run_dir)
+def _record_after_error(engine: SimEngine, elapsed: float, rd: RunDirectory) -> None:
+    with interrupt.deferred():
+        try:
+            _record_outcome(engine, elapsed, rd)
+        except OSError as exc:  # the run's own error (or the interrupt) is the one to report
+            log.error(f"cannot write {rd.path / 'summary.json'}: {exc.strerror or exc}")
+            rd.record_outcome(engine.manager.final_status or "failed")
+        rd.finish()
+
+
+def _record_outcome(engine: SimEngine, elapsed: float, rd: RunDirectory, *, report: bool = False) -> dict[str, Any]:
+    """summary.json then the marker: the training's outcome, before anything derived."""
+    summary = build_summary(engine, elapsed, rd.path)
     if report and summary["status"] != "interrupted":
-        summary["report"] = try_report([run_dir], run_dir / "report")
-    summary["files"] = sorted({*summary["files"], "summary.json", *(["report/"] if summary.get("report") else [])})
-    write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+        summary["report"] = None  # until it is drawn
+    summary["files"] = sorted({*summary["files"], "summary.json"})
+    _write_summary(rd.path, summary)
+    rd.record_outcome(summary["status"])
     return summary
 
 
-def try_report(run_dirs: list[Path], out: Path) -> str | None:
+def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+
+
+def _add_report(summary: dict[str, Any], rd: RunDirectory, timeout_s: float | None) -> None:
+    """The report (derived): bounded, stopped by a signal; a failure is a warning, the status stays."""
+    page = try_report([rd.path], rd.path / "report", timeout_s=timeout_s)
+    if page is None:
+        return
+    summary["report"] = page
+    summary["files"] = sorted({*summary["files"], "report/"})
+    try:
+        _write_summary(rd.path, summary)
+    except OSError as exc:
+        log.warning(f"the report is at {page}, but {rd.path / 'summary.json'} could not name it: "
+                    f"{exc.strerror or exc}; the run's outcome ({summary['status']}) is recorded there")
+
+
+def try_report(run_dirs: list[Path], out: Path, *, timeout_s: float | None = DEFAULT_REPORT_TIMEOUT_S) -> str | None:
+    """The report page's path, or None with a warning naming what was not written and why.
+
+    Derived work: never raises (but a second signal exits), never changes a run's status.
+    """
     try:
         from rlhooks.report import write_report
     except ImportError as exc:  # matplotlib is the optional 'report' extra
         log.warning("no report: matplotlib is not installed (the 'report' extra: pip install -e '.[report]' in the rlhooks clone)", error=str(exc))
         return None
+    page = out / "report.html"
+    later = f"draw it later: rlhooks report {' '.join(str(d) for d in run_dirs)}"
     try:
-        return str(write_report(run_dirs, out))
-    except RLHooksError as exc:  # e.g. no jsonl backend, or it lost its file: the run's own files come first
+        with interrupt.bounded(timeout_s):
+            return str(write_report(run_dirs, out))
+    except interrupt.TimeBoundExceeded:
+        log.warning(f"no report: {page} was not finished within the report time bound ({timeout_s:g} s, "
+                    f"--report-timeout); {later}")
+    except KeyboardInterrupt as exc:
+        name = exc.signal_name if isinstance(exc, interrupt.Interrupted) else "SIGINT"
+        log.warning(f"no report: {name} stopped drawing {page}; the run's outcome is recorded; {later}")
+    except RLHooksError as exc:  # e.g. no jsonl backend, or it lost its file
         log.warning(f"no report: {exc}")
-        return None
+    except OSError as exc:  # e.g. a full disk: the run's own files come first
+        log.warning(f"no report: cannot write {exc.filename or page}: {exc.strerror or exc}; {later}")
+    except Exception as exc:  # noqa: BLE001 - derived work never changes the run's status
+        log.warning(f"no report: {page}: {type(exc).__name__}: {exc}; {later}")
+    return None
 
 
 def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str, Any]:
@@ -107,10 +172,11 @@ def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str,
         if split is not None:
             per_source.setdefault(split[0], {})[split[1]] = value
     sources = {}
+    mastery = engine.learner.mastery()  # once: per source it is a (sources x buckets) array each time
     for s, name in enumerate(engine.data.source_names):
         sources[name] = {
             "accuracy": acc.get(name),
-            "skill": engine.skill(s),
+            "skill": engine.skill(s, mastery),
             "steps_to_target": engine.reached.get(name),
             "last_step": per_source.get(name, {}),
         }
@@ -142,7 +208,7 @@ def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str,
         "alert_details": engine.alert_details(),
         "plugin_failures": engine.manager.failure_summary(),
         "files": sorted(p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir()
-                        if p.name not in BOOKKEEPING and not p.name.startswith(".summary.json.")),
+                        if p.name not in BOOKKEEPING and not p.name.startswith(".")),
     }
 
 

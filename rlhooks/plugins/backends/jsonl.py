@@ -17,7 +17,7 @@ import attrs
 import numpy as np
 import structlog
 
-from rlhooks import METRICS_FILE, encode_record, hookimpl, nonfinite_name
+from rlhooks import METRICS_FILE, claim_output, encode_record, hookimpl, nonfinite_name
 from rlhooks import read_records as read_records  # the format is core's; still importable here
 from rlhooks.plugins.backends._common import DispatchOptions, json_safe, to_number
 
@@ -29,6 +29,9 @@ _PCTS = (5, 25, 50, 75, 95)
 
 class JsonlBackend:
     """Appends every run event as a JSON line to ``<run_dir>/metrics.jsonl`` (or ``path``)."""
+
+    #: its ``run_end`` record states the run's outcome: it ends after every other backend (RunManager.end)
+    records_outcome = True
 
     @attrs.frozen(kw_only=True)
     class Options(DispatchOptions):
@@ -50,6 +53,7 @@ class JsonlBackend:
         p = Path(self.options.path) if self.options.path else Path(DEFAULT_FILE)
         if not p.is_absolute():
             p = (run_dir if run_dir is not None else Path.cwd()) / p
+        claim_output(p)
         p.parent.mkdir(parents=True, exist_ok=True)
         self.path = p
         # O_APPEND + one os.write per line: lines from this writer are never interleaved or torn

@@ -24,7 +24,7 @@ import attrs
 import numpy as np
 import structlog
 
-from rlhooks import hookimpl
+from rlhooks import claim_output, hookimpl
 from rlhooks.plugins.backends._common import DispatchOptions, columns_of, non_negative, plain, positive, to_number, truncate
 
 log = structlog.get_logger("rlhooks.backends")
@@ -144,6 +144,7 @@ class TensorBoardBackend:
                 d = Path(self.options.log_dir)
                 if not d.is_absolute():
                     d = (run_dir if run_dir is not None else Path.cwd()) / d
+                claim_output(d)
                 d.mkdir(parents=True, exist_ok=True)
                 self.log_dir = d
                 self._existing = set(d.glob(EVENT_FILES))

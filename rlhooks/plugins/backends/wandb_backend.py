@@ -38,7 +38,7 @@ import attrs
 import numpy as np
 import structlog
 
-from rlhooks import hookimpl
+from rlhooks import claim_output, hookimpl
 from rlhooks.plugins.backends._common import DispatchOptions, columns_of, json_safe, plain, to_number
 
 log = structlog.get_logger("rlhooks.backends")
@@ -149,6 +149,8 @@ class WandbBackend:
         d = Path(o.dir) if o.dir else Path(run.run_dir)
         if not d.is_absolute():
             d = Path(run.run_dir) / d
+        claim_output(d / "wandb")  # wandb writes under <dir>/wandb
+        claim_output(d)
         d.mkdir(parents=True, exist_ok=True)
         kwargs: dict[str, Any] = dict(
             project=o.project, entity=o.entity, name=o.run_name or run.name, dir=str(d),
