@@ -25,6 +25,7 @@ so the components reach the batch (and the DAPO filter's default ``acc`` metric 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -109,6 +110,12 @@ def compute_score(
             errors += 1
             log.warning("reward function raised; sample scored error_score", plugin=name,
                         error=f"{type(exc).__name__}: {exc}", error_score=error_score)
+        else:
+            if not math.isfinite(value):  # NaN/inf: the same policy as a raise (it would poison the advantages)
+                errors += 1
+                log.warning("reward function returned a non-finite score; sample scored error_score", plugin=name,
+                            score=value, error_score=error_score)
+                value = float(error_score)
         out[name] = value
         total += w * value
     answer = out["check_answer"] if "check_answer" in out else _safe_check(solution_str, target)
