@@ -67,6 +67,13 @@ MISTAKES_CODE = '''
             return {"jitter/value": float(self.rng.random())}
 
 
+    class TypoBackend:
+        """A decorated hook implementation with a misspelled name."""
+        @hookimpl
+        def log_metric(self, step, metrics):
+            pass
+
+
     class Walker(Sampler):
         """Walks a seeded permutation per epoch; state: the epoch and the position in it."""
         def __init__(self, options, data, *, batch_size, seed=0):
@@ -104,6 +111,7 @@ def mistakes_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "rlhooks.rewards": {"nan_for_some": "mistake_plugins:nan_for_some"},
         "rlhooks.plugins": {"normalizer": "mistake_plugins:Normalizer", "jitter": "mistake_plugins:Jitter"},
         "rlhooks.filters": {"clamping": "mistake_plugins:ClampingFilter"},
+        "rlhooks.backends": {"typo_backend": "mistake_plugins:TypoBackend"},
         "rlhooks.samplers": {"walker": "mistake_plugins:Walker", "forgetful": "mistake_plugins:Forgetful"},
     })
     pip_install_target(src, root / "site")
@@ -204,6 +212,18 @@ def test_the_cli_prints_one_message_with_the_plugins_frames_and_no_locals(tmp_pa
     assert lines[1] == "  in the plugin's code (innermost last):"
     assert lines[2].endswith("in on_rewards_computed: rewards -= rewards.mean()")
     assert lines[3].startswith("  (batch columns are read-only") and len(lines) == 4
+
+
+# -- a misspelled, decorated hook ----------------------------------------------------------------
+
+
+def test_a_misspelled_hook_is_named_with_did_you_mean_and_the_plugin_not_its_repr(tmp_path, mistakes, capsys):
+    config = write_config(tmp_path, backends=["jsonl", "typo_backend"])
+    assert main(["simulate", str(config), "--no-progress", "--no-report"]) == 1
+    err = capsys.readouterr().err
+    assert ("error: backend 'typo_backend' (mistake-plugins 0.3) at backends[1] does not match the hook contract: "
+            "method 'log_metric' is decorated with @hookimpl but is not an rlhooks hook; did you mean 'log_metrics'?") in err
+    assert " object at 0x" not in err and "Traceback" not in err
 
 
 # -- a sampler that ignores its state: rlhooks simulate --check-resume ---------------------------
