@@ -136,8 +136,8 @@ def bench_traffic(prompts: int, n: int) -> Result:
     return Result(f"one generation batch's Batch traffic + dapo select, {prompts}x{n}, {N_COLUMNS + 2} columns "
                   f"(ref: same code without the read-only flag)", t_ours, t_ref, rows=rows, peak_bytes=peak,
                   note=f"{views} views made x {per_view * 1e6:.2f} µs = {views * per_view * 1e6:.0f} µs "
-                  f"({views * per_view / t_ours:.1%} of the traffic; the side-by-side difference is within the "
-                  f"shared machine's noise); peak memory {peak / 2**20:.2f} MiB vs {peak_ref / 2**20:.2f} MiB")
+                  f"({views * per_view / t_ours:.1%} of the traffic: the counted cost; the side-by-side times also "
+                  f"carry the shared machine's noise); peak memory {peak / 2**20:.2f} MiB vs {peak_ref / 2**20:.2f} MiB")
 
 
 def bench_one_column(rows: int) -> Result:
