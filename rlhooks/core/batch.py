@@ -7,6 +7,9 @@ callable that produces the array on first access (decoded text, for example).
 
 Group helpers (``batch.groups``) factorize ``uid`` once and reduce per group with bincount-style
 numpy operations, so filters and metrics never loop over rows in Python.
+
+Columns are read-only views: a hook or filter that writes into the batch it was given gets
+numpy's "read-only" ValueError, which the run manager reports naming the plugin.
 """
 
 from __future__ import annotations
@@ -60,6 +63,25 @@ class RowLazy:
         return np.asarray(self.fn(self.rows))
 
 
+def _read_only(arr: np.ndarray) -> np.ndarray:
+    """A read-only view (a flag, not a copy): a hook writing into a column it was handed raises
+    instead of changing what the other hooks, the filters and the trainer see."""
+    if arr.flags.writeable:
+        arr = arr.view()
+        arr.setflags(write=False)  # half the cost of assigning arr.flags.writeable
+    return arr
+
+
+#: what the error of a write into a batch column says to do (see ``is_read_only_write``)
+READ_ONLY_HINT = ("batch columns are read-only for every hook and filter: copy a column before changing it "
+                  "(values = np.array(batch['reward'])), or return new columns from the hook's result")
+
+
+def is_read_only_write(exc: BaseException) -> bool:
+    """numpy's error for a write into a read-only array (item assignment, ``out=``, in-place sort)."""
+    return isinstance(exc, ValueError) and "read-only" in str(exc)
+
+
 class BatchError(ValueError):
     """A batch is malformed (ragged columns, a missing column a plugin needs, ...)."""
 
@@ -91,7 +113,7 @@ class Batch:
                 n = len(arr)
             elif len(arr) != n:
                 raise BatchError(f"column {name!r} has {len(arr)} rows, expected {n} (ragged batch)")
-            cols[name] = arr
+            cols[name] = _read_only(arr)
         if n is None and lazy:
             raise BatchError("a batch with only lazy columns needs an explicit length=")
         self._cols = cols
@@ -116,7 +138,7 @@ class Batch:
             arr = np.asarray(self._lazy.pop(name)())
             if arr.shape != (self._len,):
                 raise BatchError(f"lazy column {name!r} produced shape {arr.shape}, expected ({self._len},)")
-            self._cols[name] = arr
+            arr = self._cols[name] = _read_only(arr)
             return arr
         raise BatchError(
             f"batch has no column {name!r}; available columns: {', '.join(self.columns) or '(none)'}"

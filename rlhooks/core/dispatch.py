@@ -42,6 +42,7 @@ The plugin objects are inspected with pluggy's public API only (a scratch ``Plug
 from __future__ import annotations
 
 import atexit
+import difflib
 import queue
 import threading
 import time
@@ -52,7 +53,7 @@ import pluggy
 import structlog
 
 from rlhooks.core.errors import PluginError
-from rlhooks.core.hookspecs import METRIC_HOOKS, PROJECT, RLHookSpecs, hookimpl
+from rlhooks.core.hookspecs import HOOK_NAMES, METRIC_HOOKS, PROJECT, RLHookSpecs, hookimpl
 
 log = structlog.get_logger("rlhooks.dispatch")
 
@@ -106,6 +107,19 @@ class PluginManager(pluggy.PluginManager):
     """
 
     _registering: str | None = None  # the name being registered, for the message
+
+    def check_pending(self) -> None:
+        """pluggy's check, with a did-you-mean instead of the plugin object's repr (the caller's
+        message names the plugin): a decorated method whose name is not a hook is never called."""
+        for plugin in self.get_plugins():
+            for caller in self.get_hookcallers(plugin) or []:
+                if caller.has_spec() or all(impl.optionalhook for impl in caller.get_hookimpls()):
+                    continue
+                close = difflib.get_close_matches(caller.name, HOOK_NAMES, n=1, cutoff=0.6)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise pluggy.PluginValidationError(
+                    plugin, f"method {caller.name!r} is decorated with @hookimpl but is not an rlhooks hook{hint}"
+                )
 
     def register(self, plugin: Any, name: str | None = None) -> str | None:
         self._registering = name

@@ -190,7 +190,7 @@ class StepDriver:
         """Generation batches until enough groups survive; the (trimmed) batch to train on."""
         m = self.manager
         metrics: dict[str, float] = {}
-        reward_errors: dict[str, int] = {}
+        reward_errors: dict[str, float] = {}  # rewards/errors/<name> and rewards/nonfinite_scores/<name>
         acc: GroupAccumulator[P] = GroupAccumulator(self.run.train_batch_size, self.run.max_num_gen_batches, self.run.on_gen_limit)
         stage = m.prompt_stage
         stage.begin_step()
@@ -228,7 +228,7 @@ class StepDriver:
         if not m.filters:  # without filters only the generation count means something
             acc_metrics = {"train/num_gen_batches": acc_metrics["train/num_gen_batches"]}
         metrics.update(acc_metrics)
-        metrics.update({f"rewards/errors/{name}": float(n) for name, n in reward_errors.items()})
+        metrics.update(reward_errors)
         if learning_metrics:
             learning_metrics["learning/rows_seen"] = float(m.learning.rows_seen)
             metrics.update(learning_metrics)
@@ -242,7 +242,7 @@ class StepDriver:
         rollout: Rollout[P],
         number: int = 1,
         metrics: dict[str, float] | None = None,
-        reward_errors: dict[str, int] | None = None,
+        reward_errors: dict[str, float] | None = None,
         progress: tuple[int, int, int] | None = None,
     ) -> Generation[P]:
         """One generation batch up to its scored trajectories: sample -> pre-generation ->
@@ -281,10 +281,11 @@ class StepDriver:
         gen.payload = payload
         gen.trajectories = trajectories.with_meta(step=gen.step, generation=gen.number)
 
-    def score(self, gen: Generation[P], rollout: Rollout[P], errors: dict[str, int]) -> None:
+    def score(self, gen: Generation[P], rollout: Rollout[P], errors: dict[str, float]) -> None:
         """The configured reward functions on ``response``/``target``: ``reward`` (their weighted
         total, also placed into the engine object) and ``reward_fn/<name>`` columns. Without reward
-        functions the engine's own ``reward`` stays. Failed rows are added to ``errors``."""
+        functions the engine's own ``reward`` stays. Failed rows (raised, NaN/inf) are added to
+        ``errors``, keyed by metric name."""
         if not self.rewards:
             return
         batch = gen.trajectories
@@ -309,8 +310,8 @@ class StepDriver:
         columns: dict[str, Any] = {REWARD: result.total}
         columns.update({REWARD_FN_PREFIX + name: values for name, values in result.components.items()})
         gen.trajectories = batch.with_columns(**columns).with_meta(reward_functions=tuple(self.rewards.names))
-        for name, n in result.errors.items():
-            errors[name] = errors.get(name, 0) + n
+        for key, n in result.metrics().items():
+            errors[key] = errors.get(key, 0.0) + n
 
     # -- the end of a step --------------------------------------------------------------------
     def finish_step(self, step: int, batch: Batch, metrics: Mapping[str, Any]) -> dict[str, float]:

@@ -38,7 +38,7 @@ import pluggy
 import structlog
 
 from rlhooks.core import dispatch, hookspecs, interrupt, rundir
-from rlhooks.core.batch import Batch
+from rlhooks.core.batch import READ_ONLY_HINT, Batch, is_read_only_write
 from rlhooks.core.components import FilterDecision, instantiate
 from rlhooks.core.config import ComponentConfig, Config
 from rlhooks.core.data import DatasetColumns
@@ -342,6 +342,7 @@ class RunManager:
                 plugin=rec.name, path=rec.path, distribution=rec.distribution,
                 # an OSError (disk full, a lost mount) is the environment, not a bug: no traceback
                 error=f"{type(exc).__name__}: {exc}", exc_info=None if isinstance(exc, OSError) else exc,
+                **({"hint": READ_ONLY_HINT} if is_read_only_write(exc) else {}),
             )
         if rec.on_error == "disable" or rec.failures >= MAX_CONSECUTIVE_FAILURES:
             rec.disabled = True
@@ -562,6 +563,8 @@ def _raise_hint(rec: Registered, exc: BaseException) -> str | None:
     """What to do about a failure under on_error: raise, or None where no setting would help."""
     if isinstance(exc, ContractViolation):
         return f"a bug in {rec.distribution}: report it there; no on_error setting makes this result usable"
+    if is_read_only_write(exc):  # a write into the batch it was handed: a bug, whatever on_error says
+        return f"{READ_ONLY_HINT}; a bug in {rec.distribution}"
     if rec.kind in _STEERING:
         return None  # on_error: warn would train on batches this component did not steer
     if not rec.configured:

@@ -3,7 +3,10 @@
 Engines call ``score(responses, targets)`` and get the total reward per row plus each
 function's component (logged as ``reward_fn/<name>`` columns). A function that raises on one
 sample is isolated: that sample's component is the entry's ``error_score`` (default 0.0) and
-the failure is counted in ``errors[name]`` (reported as ``rewards/errors/<name>``). A
+the failure is counted in ``errors[name]`` (reported as ``rewards/errors/<name>``). A NaN or
+infinite score is the same kind of failure (it would turn the advantages of its whole group into
+NaN): the row scores ``error_score``, counts in ``errors[name]`` and also in ``nonfinite[name]``
+(``rewards/nonfinite_scores/<name>``), and is warned about once per function. A
 ``score_batch`` that returns the wrong shape, or raises while every row scores fine alone, is
 a bug in the function: it is warned about once and the rows are scored one by one.
 """
@@ -22,6 +25,9 @@ from rlhooks.core.components import RewardFunction
 
 log = structlog.get_logger("rlhooks.rewards")
 
+#: per-function count of NaN/inf scores (they are also in rewards/errors/<name>)
+NONFINITE_PREFIX = "rewards/nonfinite_scores/"
+
 
 @attrs.define
 class RewardEntry:
@@ -35,10 +41,13 @@ class RewardEntry:
 class RewardResult:
     total: np.ndarray  # weighted sum per row
     components: dict[str, np.ndarray]  # unweighted score per function
-    errors: dict[str, int]  # rows where a function raised (scored error_score)
+    errors: dict[str, int]  # rows where a function raised or scored NaN/inf (scored error_score)
+    nonfinite: dict[str, int] = attrs.field(factory=dict)  # of those, rows scored NaN/inf
 
     def metrics(self) -> dict[str, float]:
-        return {f"rewards/errors/{k}": float(v) for k, v in self.errors.items()}
+        out = {f"rewards/errors/{k}": float(v) for k, v in self.errors.items()}
+        out.update({f"{NONFINITE_PREFIX}{k}": float(v) for k, v in self.nonfinite.items()})
+        return out
 
 
 class RewardPipeline:
@@ -67,13 +76,22 @@ class RewardPipeline:
         total = np.zeros(n, dtype=np.float64)
         components: dict[str, np.ndarray] = {}
         errors: dict[str, int] = {}
+        nonfinite: dict[str, int] = {}
         for e in self.entries:
             values, failed = self._score_one(e, responses, targets)
+            finite = np.isfinite(values)
+            bad = len(values) - int(np.count_nonzero(finite))
+            if bad:
+                values = np.where(finite, values, e.error_score)  # a new array: score_batch's own is not touched
+                nonfinite[e.name] = bad
+                self._report(f"{e.name}.nonfinite", f"reward function {e.name!r} returned NaN or inf for {bad} of "
+                             f"{len(values)} rows; such rows score error_score={e.error_score} and are counted in "
+                             f"rewards/errors/{e.name} and {NONFINITE_PREFIX}{e.name}", e.name)
             components[e.name] = values
-            if failed:
-                errors[e.name] = failed
+            if failed or bad:
+                errors[e.name] = failed + bad
             total += e.weight * values
-        return RewardResult(total, components, errors)
+        return RewardResult(total, components, errors, nonfinite)
 
     def _score_one(self, e: RewardEntry, responses: Sequence[str], targets: Sequence[str]) -> tuple[np.ndarray, int]:
         batch_fn = getattr(e.fn, "score_batch", None)

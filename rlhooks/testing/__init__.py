@@ -35,6 +35,7 @@ from rlhooks.testing.components import (  # noqa: E402
     ReadBack,
     RewardFunctionContract,
     SamplerContract,
+    default_filter_cases,
 )
 from rlhooks.testing.contracts import (  # noqa: E402
     HOOK_CONTRACTS,
@@ -70,4 +71,5 @@ __all__ = [
     "ReadBack", "PromptFilterContract", "HOOK_CONTRACTS", "COMPONENT_CONTRACTS", "PluginHarness", "RecordingRun",
     "make_dataset", "make_prompt_batch", "make_trajectory_batch", "make_step_metrics", "make_table_rows",
     "make_run_context", "make_config", "batch_differences", "ODD_STRINGS", "hook_checked_by", "implemented_hooks",
+    "default_filter_cases",
 ]

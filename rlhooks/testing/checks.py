@@ -9,6 +9,7 @@ import copy
 import inspect
 import math
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from numbers import Number, Real
 from typing import Any
 
@@ -16,6 +17,7 @@ import numpy as np
 import pluggy
 
 from rlhooks.core import hookspecs
+from rlhooks.core.batch import READ_ONLY_HINT, is_read_only_write
 from rlhooks.core.dispatch import PluginManager
 from rlhooks.core.hookspecs import HOOK_NAMES
 
@@ -200,3 +202,18 @@ def dict_differences(sent: Mapping[str, Any], got: Mapping[str, Any]) -> Iterato
             yield f"{k!r} missing"
         elif not values_equal(v, got[k]):
             yield f"{k!r}: sent {v!r}, read back {got[k]!r}"
+
+
+@contextmanager
+def refusing_batch_writes(where: str) -> Iterator[None]:
+    """Batch columns are read-only views, so an in-place write raises numpy's ValueError inside the
+    plugin: report it as the mutation it is (as a run does), not as a crash."""
+    try:
+        yield
+    except ValueError as exc:
+        if not is_read_only_write(exc):
+            raise
+        raise AssertionError(
+            f"{where} mutated its batch (it must treat it as read-only): it wrote into a column "
+            f"(numpy: {exc}); {READ_ONLY_HINT}"
+        ) from exc

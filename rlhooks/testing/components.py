@@ -279,7 +279,8 @@ class SamplerContract(ComponentContract):
 
     def test_sampler_state_dict_is_a_snapshot(self, sampler_factory: Callable[..., Any], batch_size: int,
                                               trajectory_batch_factory: BatchFactory) -> None:
-        """state_dict() must not share live objects with the sampler: drawing on must not change it."""
+        """state_dict() must not share live objects with the sampler: drawing on must not change it.
+        Each condition has its own message: a state that changed, or a reload that draws otherwise."""
         s = sampler_factory(seed=5)
         stream = _IndexStream(s)
         stream.take(batch_size)
@@ -287,9 +288,13 @@ class SamplerContract(ComponentContract):
         frozen = pickle.dumps(state)
         expected = stream.take(batch_size * 2)
         self._feedback(s, stream, batch_size, trajectory_batch_factory, steps=2)
-        got = _IndexStream(self._reloaded(sampler_factory, state, seed=5)).take(batch_size * 2)
-        assert pickle.dumps(state) == frozen and got == expected, (
+        assert pickle.dumps(state) == frozen, (
             "state_dict() returned live references that changed as the sampler went on; return copies"
+        )
+        got = _IndexStream(self._reloaded(sampler_factory, state, seed=5)).take(batch_size * 2)
+        assert got == expected, (
+            "a fresh sampler loaded with a saved state_dict() does not continue where the saved one was "
+            "(the state did not change afterwards: load_state_dict() does not restore it)"
         )
 
     @pytest.fixture
@@ -321,7 +326,9 @@ def _checked_select(plugin: Any, factory: Callable[[], Batch], what: str) -> tup
     fails when the result is not a mask of the right shape or the batch was mutated."""
     batch, reference = factory(), factory()
     where = f"{describe(plugin)}.select"
-    mask, _ = _as_mask(plugin.select(batch), len(reference), where)
+    with checks.refusing_batch_writes(where):
+        decision = plugin.select(batch)
+    mask, _ = _as_mask(decision, len(reference), where)
     problems = batch_differences(reference, batch)
     assert not problems, f"{where} mutated its {what}:\n  " + "\n  ".join(problems)
     return mask, reference, where
@@ -363,6 +370,40 @@ class FilterContract(ComponentContract):
         a = self._select(plugin, lambda: trajectory_batch_factory(10, 4, seed=7, uniform_groups=3))
         b = self._select(plugin, lambda: trajectory_batch_factory(10, 4, seed=7, uniform_groups=3))
         assert np.array_equal(a, b), "select() gave different masks for identical batches"
+
+    @pytest.fixture
+    def filter_cases(self, trajectory_batch_factory: BatchFactory) -> dict[str, Callable[[], Batch]]:
+        """Named batch factories that should drive the filter's drop path (each call returns a fresh,
+        identical batch); by default ``default_filter_cases``. Extend with your own, as ``reward_cases``."""
+        return default_filter_cases(trajectory_batch_factory)
+
+    def test_filter_cases_keep_the_batch_intact(self, plugin: Any, filter_cases: dict[str, Callable[[], Batch]]) -> None:
+        """Groups of identical responses, identical rewards and singletons (and your cases): a group
+        consistent mask, no write into the batch on any path, including the one that drops."""
+        assert filter_cases, "filter_cases is empty; return at least one named batch factory"
+        for name, factory in filter_cases.items():
+            try:
+                a = self._select(plugin, factory)
+                b = self._select(plugin, factory)
+            except AssertionError as exc:
+                raise AssertionError(f"filter case {name!r}: {exc}") from None
+            except Exception as exc:  # noqa: BLE001 - name the case; the chained traceback shows where
+                raise AssertionError(f"filter case {name!r}: select() raised {type(exc).__name__}: {exc}") from exc
+            assert np.array_equal(a, b), f"filter case {name!r}: select() gave different masks for identical batches"
+
+
+def default_filter_cases(factory: BatchFactory) -> dict[str, Callable[[], Batch]]:
+    """The FilterContract's cases: groups a filter typically drops, mixed with ordinary ones."""
+
+    def singletons_among_groups() -> Batch:
+        return Batch.concat([factory(4, 4, seed=12, generation=1), factory(5, 1, seed=13, generation=2)])
+
+    return {
+        "identical responses": lambda: factory(8, 4, seed=10, uniform_groups=1, identical_responses=4),
+        "identical rewards": lambda: factory(8, 4, seed=11, uniform_groups=1, identical_rewards=4),
+        "singletons among groups": singletons_among_groups,
+        "only identical responses": lambda: factory(3, 4, seed=14, uniform_groups=0, identical_responses=3),
+    }
 
 
 class PromptFilterContract(ComponentContract):

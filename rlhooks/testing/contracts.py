@@ -146,8 +146,9 @@ class _ContractBase:
     ) -> Any:
         """Call a batch hook on a fresh batch; assert the batch equals an identical untouched one."""
         batch, reference = factory(), factory()
-        result = harness.call(hook, step=step, batch=batch, **extra)
         where = self._where(harness, hook)
+        with checks.refusing_batch_writes(where):
+            result = harness.call(hook, step=step, batch=batch, **extra)
         check_metrics_result(result, where)
         problems = batch_differences(reference, batch)
         assert not problems, f"{where} mutated its batch (it must treat it as read-only):\n  " + "\n  ".join(problems)

@@ -124,14 +124,19 @@ def make_trajectory_batch(
     lazy_text: bool = True,
     advantage: bool = False,
     uniform_groups: int = 1,
+    identical_rewards: int = 0,
+    identical_responses: int = 0,
 ) -> Batch:
     """Trajectory rows as ``on_rewards_computed`` receives them: ``group_size`` rows per uid, contiguous.
 
     Columns: uid, index, data_source, complexity, reward, final_reward, acc, score,
     ``reward_fn/<name>`` per reward function, prompt/response lengths, lazy prompt/response/target.
     ``uniform_groups`` groups (the first ones) get identical accuracy in all rows (all correct or all
-    wrong), so group filters have something to drop. With ``prompts`` (a prompt batch), the groups
-    are those prompts' rows.
+    wrong), so group filters have something to drop. The next ``identical_rewards`` groups have the
+    same value in every reward column (reward, final_reward, score, acc, reward_fn/*) in all rows,
+    and the ``identical_responses`` groups after them the same response text and length too (and so
+    the same rewards): what a filter deciding on responses, not rewards, drops. With ``prompts``
+    (a prompt batch), the groups are those prompts' rows.
     """
     rng = np.random.default_rng(seed)
     if prompts is None:
@@ -146,13 +151,23 @@ def make_trajectory_batch(
     comps = {f"{B.REWARD_FN_PREFIX}{name}": acc if i == 0 else rng.choice([0.0, 0.5, 1.0], n) for i, name in enumerate(reward_functions)}
     reward = np.sum(list(comps.values()), axis=0) if comps else acc.copy()
     resp_len = rng.integers(1, 512, n).astype(np.int64)
+    final_noise = rng.uniform(0, 0.05, n)
+    # constant groups: every row takes its group's first row's values (drawn above, so the other
+    # groups stay as they were without these options)
+    first = uniform_groups
+    same_rewards = np.flatnonzero((rep >= first) & (rep < first + identical_rewards + identical_responses))
+    same_text = np.flatnonzero((rep >= first + identical_rewards) & (rep < first + identical_rewards + identical_responses))
+    head = rep * group_size  # row of each row's group head
+    for col in (acc, reward, final_noise, *comps.values()):
+        col[same_rewards] = col[head[same_rewards]]
+    resp_len[same_text] = resp_len[head[same_text]]
     cols: dict[str, Any] = {
         B.UID: uid,
         B.INDEX: prompts[B.INDEX][rep],
         B.DATA_SOURCE: prompts[B.DATA_SOURCE][rep],
         B.COMPLEXITY: (prompts[B.COMPLEXITY] if B.COMPLEXITY in prompts else np.full(n_groups, np.nan))[rep],
         B.REWARD: np.asarray(reward, dtype=np.float64),
-        B.FINAL_REWARD: np.asarray(reward, dtype=np.float64) - rng.uniform(0, 0.05, n),
+        B.FINAL_REWARD: np.asarray(reward, dtype=np.float64) - final_noise,
         "acc": acc,
         "score": np.asarray(reward, dtype=np.float64),
         B.PROMPT_LENGTH: rng.integers(8, 256, n_groups).astype(np.int64)[rep],
@@ -167,7 +182,7 @@ def make_trajectory_batch(
         cols[B.ADVANTAGE] = np.nan_to_num(adv)
     text = {
         B.PROMPT: (prompts[B.PROMPT] if B.PROMPT in prompts else _text_columns(rng, n_groups, "Question"))[rep],
-        B.RESPONSE: _text_columns(rng, n, "Answer"),
+        B.RESPONSE: _same_as_head(_text_columns(rng, n, "Answer"), same_text, head),
         B.TARGET: (prompts[B.TARGET] if B.TARGET in prompts else rng.integers(0, 100, n_groups).astype(str).astype(object))[rep],
     }
     meta = {
@@ -180,6 +195,11 @@ def make_trajectory_batch(
     if lazy_text:
         return Batch(cols, lazy={k: (lambda v=v: v) for k, v in text.items()}, meta=meta, length=n)
     return Batch({**cols, **text}, meta=meta, length=n)
+
+
+def _same_as_head(values: np.ndarray, rows: np.ndarray, head: np.ndarray) -> np.ndarray:
+    values[rows] = values[head[rows]]
+    return values
 
 
 def make_step_metrics(step: int = 1, *, seed: int = 0) -> dict[str, Any]:

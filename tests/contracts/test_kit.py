@@ -191,6 +191,19 @@ class SeedNotInState(Sampler):
         self.pos, self.epoch = state["pos"], state["epoch"]
 
 
+class IgnoresLoad(SeedNotInState):
+    """Its state is a fine snapshot, but loading it does nothing: a resume starts over."""
+
+    def load_state_dict(self, state):
+        pass
+
+
+class TestIgnoresLoad(SamplerContract):
+    @pytest.fixture
+    def component(self):
+        return IgnoresLoad
+
+
 class TestSeedNotInState(SamplerContract):
     @pytest.fixture
     def component(self):
@@ -263,6 +276,49 @@ class TestHalfGroups(FilterContract):
         return HalfGroups
 
 
+class DropScribbler:
+    """Drops groups of identical responses, and zeroes their rewards first: writes only when it drops."""
+
+    def select(self, batch):
+        g = batch.groups
+        same = g.broadcast(g.sum(batch["response"] == batch["response"][g.first_row[g.codes]]) == g.sizes)
+        keep = ~same | (g.broadcast(g.sizes) == 1)
+        if not keep.all():
+            batch["reward"][~keep] = 0.0
+        return FilterDecision(keep=keep, metrics={"scribbler/dropped": float((~keep).sum())})
+
+
+class TestDropScribbler(FilterContract):
+    @pytest.fixture
+    def component(self):
+        return DropScribbler
+
+
+class TaggedOnly:
+    """Fine on ordinary batches; crashes on the author's own case (a batch with a 'tag' column)."""
+
+    def select(self, batch):
+        if "tag" in batch:
+            raise KeyError("tag handling not written yet")
+        return np.ones(len(batch), bool)
+
+
+class TestTaggedOnly(FilterContract):
+    @pytest.fixture
+    def component(self):
+        return TaggedOnly
+
+    @pytest.fixture
+    def filter_cases(self, trajectory_batch_factory):
+        from rlhooks.testing import default_filter_cases
+
+        def tagged():
+            b = trajectory_batch_factory(4, 2, seed=3)
+            return b.with_columns(tag=np.arange(len(b)))
+
+        return {**default_filter_cases(trajectory_batch_factory), "tagged": tagged}
+
+
 def ratio(response, target):
     return len(target) / len(response)
 
@@ -309,6 +365,9 @@ def test_broken_plugins_fail_the_right_checks(pytester: pytest.Pytester) -> None
         "TestRatio::test_reward_odd_strings_are_finite_floats",
         "TestBrokenEntryPoint::test_entry_point_resolves",
         "TestWrongEntryPoint::test_entry_point_resolves",
+        "TestIgnoresLoad::test_sampler_state_dict_is_a_snapshot",
+        "TestDropScribbler::test_filter_cases_keep_the_batch_intact",
+        "TestTaggedOnly::test_filter_cases_keep_the_batch_intact",
     ]
     wrong = {t: out.get(t, "not run") for t in must_fail if out.get(t) != "failed"}
     assert not wrong, f"these checks should have failed: {wrong}"
@@ -326,6 +385,10 @@ def test_broken_plugins_fail_the_right_checks(pytester: pytest.Pytester) -> None
             "state_round_trip_fresh", "state_round_trip_mid_epoch", "state_round_trip_after_feedback",
             "state_dict_is_a_snapshot", "same_seed_same_indices")),
         "TestStaticallyKnownHooks::test_log_metrics_returns_none",
+        # the drop path is only reached by the cases with identical responses
+        "TestDropScribbler::test_filter_returns_group_consistent_mask",
+        "TestDropScribbler::test_filter_is_deterministic",
+        "TestTaggedOnly::test_filter_returns_group_consistent_mask",
     ]
     wrong = {t: out.get(t, "not run") for t in must_pass if out.get(t) != "passed"}
     assert not wrong, f"these checks should have passed: {wrong}"
@@ -341,7 +404,14 @@ def test_broken_plugins_fail_the_right_checks(pytester: pytest.Pytester) -> None
 
     # messages say what and where
     mutated = text["TestMutator::test_on_rewards_computed_does_not_mutate_batch"]
-    assert "mutated its batch" in mutated and "column 'reward' was written to" in mutated
+    assert "mutated its batch" in mutated and "wrote into a column (numpy: assignment destination is read-only)" in mutated
+    scribbled = text["TestDropScribbler::test_filter_cases_keep_the_batch_intact"]
+    assert "filter case 'identical responses': " in scribbled and "DropScribbler.select mutated its batch" in scribbled
+    assert "select() raised KeyError: 'tag handling not written yet'" in text["TestTaggedOnly::test_filter_cases_keep_the_batch_intact"]
+    assert "filter case 'tagged'" in text["TestTaggedOnly::test_filter_cases_keep_the_batch_intact"]
+    # one message per condition: a state that ignores load_state_dict is not told it returned live references
+    ignored = text["TestIgnoresLoad::test_sampler_state_dict_is_a_snapshot"]
+    assert "load_state_dict() does not restore it" in ignored and "live references" not in ignored
     assert "on_reward_computed" in text["TestMisspelled::test_registers_on_plugin_manager"]
     assert "on_step_end is a hook wrapper (hookwrapper=True)" in text["TestWrapping::test_registers_on_plugin_manager"]
     assert "decorate it with @rlhooks.hookimpl" in text["TestUndecorated::test_hook_like_methods_are_registered"]

@@ -201,3 +201,56 @@ def test_a_score_batch_failing_because_a_row_fails_is_not_blamed():
         res = RewardPipeline([RewardEntry("strict", Strict())]).score(["ab", None], ["", ""])
     assert res.components["strict"].tolist() == [2.0, 0.0] and res.errors == {"strict": 1}
     assert not any("score_batch()" in e["event"] for e in logs)
+
+
+class NanForLongAnswers(RewardFunction):
+    """A real user reward function with a vectorized path that returns NaN for some rows."""
+
+    def __call__(self, response, target, **info):
+        return float("nan") if len(response) > 2 else 1.0
+
+    def score_batch(self, responses, targets):
+        lengths = np.array([len(r) for r in responses])
+        return np.where(lengths > 2, np.nan, np.where(lengths > 1, np.inf, 1.0))
+
+
+def test_non_finite_scores_are_counted_scored_error_score_and_named_once():
+    pipe = RewardPipeline([RewardEntry("nanny", NanForLongAnswers(), weight=2.0, error_score=-1.0),
+                           RewardEntry("format_exact", F.format_exact)])
+    with structlog.testing.capture_logs() as logs:
+        res = pipe.score(["a", "bb", "ccc", "d"], ["", "", "", ""])
+        again = pipe.score(["ccc"], [""])
+    assert res.components["nanny"].tolist() == [1.0, -1.0, -1.0, 1.0]  # NaN and inf rows get error_score
+    assert np.isfinite(res.total).all() and res.total.tolist() == [2.0, -2.0, -2.0, 2.0]
+    assert res.errors == {"nanny": 2} and res.nonfinite == {"nanny": 2}
+    assert res.metrics() == {"rewards/errors/nanny": 2.0, "rewards/nonfinite_scores/nanny": 2.0}
+    assert again.metrics() == {"rewards/errors/nanny": 1.0, "rewards/nonfinite_scores/nanny": 1.0}
+    warned = [e["event"] for e in logs if "NaN or inf" in e["event"]]
+    assert warned == ["reward function 'nanny' returned NaN or inf for 2 of 4 rows; such rows score error_score=-1.0 "
+                      "and are counted in rewards/errors/nanny and rewards/nonfinite_scores/nanny"]
+
+
+def test_raised_and_non_finite_rows_add_up_in_the_error_count():
+    def picky(response, target, **info):
+        if response == "boom":
+            raise ValueError("boom")
+        return float("nan") if response == "nan" else 0.5
+
+    res = RewardPipeline([RewardEntry("picky", picky)]).score(["boom", "nan", "ok", "nan"], ["", "", "", ""])
+    assert res.components["picky"].tolist() == [0.0, 0.0, 0.5, 0.0]
+    assert res.errors == {"picky": 3} and res.nonfinite == {"picky": 2}
+
+
+def test_score_batchs_own_array_is_not_overwritten():
+    held = np.array([np.nan, 1.0])
+
+    class Cached(RewardFunction):
+        def __call__(self, response, target, **info):
+            return 1.0
+
+        def score_batch(self, responses, targets):
+            return held
+
+    RewardPipeline([RewardEntry("cached", Cached())]).score(["a", "b"], ["", ""])
+    assert np.isnan(held[0])
+

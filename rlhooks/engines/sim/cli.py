@@ -3,6 +3,7 @@
     rlhooks simulate                         # the embedded default config (default.yaml here)
     rlhooks simulate my.yaml --steps 100 --set sampler.reward_threshold=8.0
     rlhooks simulate --compare examples/configs/uniform.yaml examples/configs/curriculum.yaml
+    rlhooks simulate my.yaml --steps 12 --check-resume 5   # does a resumed run continue exactly?
 
 A run itself is in runs.py, a comparison in compare.py; ``rlhooks report`` is rlhooks.cli_report.
 """
@@ -17,6 +18,7 @@ import structlog
 
 from rlhooks.core.errors import RLHooksError
 from rlhooks.engines.sim.compare import compare, format_comparison
+from rlhooks.engines.sim.resume_check import check_resume
 from rlhooks.engines.sim.runs import (
     DEFAULT_REPORT_TIMEOUT_S,
     build_summary,
@@ -47,6 +49,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--report-timeout", type=float, default=DEFAULT_REPORT_TIMEOUT_S, metavar="SECONDS",
                    help="time bound of the report drawn after the run's outcome is recorded; past it the run "
                    f"ends without a report, with a warning (default {DEFAULT_REPORT_TIMEOUT_S:g}; 0: no bound)")
+    p.add_argument("--check-resume", type=int, metavar="K",
+                   help="integration check for sampler, filter and plugin authors: run to step K, save the state, "
+                   "load it into a fresh engine and compare the following steps with an uninterrupted run "
+                   "(exit 1 on a mismatch; no run directory is written)")
     p.set_defaults(func=cmd_simulate)
 
 
@@ -74,6 +80,12 @@ def _quiet_plugin_logs(args: argparse.Namespace) -> None:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     _quiet_plugin_logs(args)
+    if args.check_resume is not None:
+        if args.compare:
+            raise RLHooksError("--check-resume checks one config; give CONFIG, not --compare")
+        check = check_resume(args.config, args.check_resume, _overrides(args), data=args.data)
+        print(check.verdict(), file=sys.stdout if check.ok else sys.stderr)
+        return 0 if check.ok else 1
     if args.compare:
         if args.config:
             raise RLHooksError("give either CONFIG or --compare A.yaml B.yaml ..., not both")

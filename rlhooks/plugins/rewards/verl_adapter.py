@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -150,6 +151,12 @@ def compute_score(
             errors += 1
             log.warning("reward function raised; sample scored error_score", plugin=name,
                         error=f"{type(exc).__name__}: {exc}", error_score=error_score)
+        else:
+            if not math.isfinite(value):  # NaN/inf: the same policy as a raise (it would poison the advantages)
+                errors += 1
+                log.warning("reward function returned a non-finite score; sample scored error_score", plugin=name,
+                            score=value, error_score=error_score)
+                value = float(error_score)
         out[name] = value
         total += w * value
     answer = out["check_answer"] if "check_answer" in out else _safe_check(solution_str, target)
