@@ -119,10 +119,12 @@ def panel_overview(runs: list[RunTail]) -> None:
         for ki, (key, row, col) in enumerate(spots):
             if key in run.frame.columns:
                 d = run.frame[["step", key]].dropna()
-                fig.add_trace(go.Scatter(x=d["step"], y=d[key], mode="lines", name=f"{run.label} · {key}",
+                name = f"{run.label} · {key}" if len(runs) > 1 else key
+                fig.add_trace(go.Scatter(x=d["step"], y=d[key], mode="lines", name=name,
                                          line=_style(ri, ki, len(runs))), row=row, col=col)
-    if fig.data:
-        fig.update_layout(height=480, margin=dict(l=40, r=10, t=40, b=30), showlegend=len(runs) > 1)
+    if fig.data:  # a legend even for one run: the min / max chart has two lines to tell apart
+        fig.update_layout(height=520, margin=dict(l=40, r=10, t=40, b=30), showlegend=True,
+                          legend=dict(orientation="h", yanchor="top", y=-0.08, xanchor="left", x=0))
     show(fig if fig.data else None, "overview", "No rewards/* metrics yet: enable the reward_monitor plugin.")
 
 
@@ -152,6 +154,31 @@ def panel_quality(runs: list[RunTail]) -> None:
                         f"{q['stability']:.2f}, coverage {q['coverage']:.2f}; coverage basis: {q.get('coverage_basis', '?')})")
             for issue in q.get("issues", []):
                 st.warning(issue)
+
+
+def panel_hacking(runs: list[RunTail]) -> None:
+    st.header("Reward hacking check")
+    from rlhooks.report import HACKING_EVIDENCE, hacking_class
+
+    for r in runs:
+        st.subheader(r.label)
+        hacking = (r.summaries().get("reward_monitor.json") or {}).get("reward_hacking")
+        if not isinstance(hacking, dict):
+            st.info("no verdict yet: the reward monitor writes it at run end (reward_monitor.json)"
+                    if r.status is None else "no reward-hacking check in this run's summary (reward_monitor with analyze_at_end)")
+            continue
+        verdict = hacking.get("verdict") or ("detected" if hacking.get("detected") else "not detected")
+        {"hacking": st.error, "clear": st.success}.get(hacking_class(hacking), st.info)(verdict)
+        ev = hacking.get("evidence") or {}
+        rows = [{"evidence": label, "value": str(ev[k]) if isinstance(ev[k], str) else f"{ev[k]:.4g}"}
+                for k, label in HACKING_EVIDENCE if ev.get(k) is not None]
+        if rows:
+            st.table(pd.DataFrame(rows).set_index("evidence"))
+        suspects = hacking.get("suspect_functions") or []
+        if suspects:
+            detail = ev.get("suspects") or {}
+            st.table(pd.DataFrame([{"suspect reward function": f, **(detail.get(f) or {})} for f in suspects])
+                     .set_index("suspect reward function"))
 
 
 def panel_dynamics(runs: list[RunTail]) -> None:
@@ -284,7 +311,7 @@ def panel_raw(runs: list[RunTail]) -> None:
 
 
 PANELS = (
-    ("overview", panel_overview), ("functions", panel_functions), ("quality", panel_quality),
+    ("overview", panel_overview), ("hacking", panel_hacking), ("functions", panel_functions), ("quality", panel_quality),
     ("dynamics", panel_dynamics), ("sources", panel_sources), ("sampler", panel_sampler),
     ("filter", panel_filter), ("alerts", panel_alerts), ("samples", panel_samples), ("raw", panel_raw),
 )

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(
     not (CHROMIUM and CHROMEDRIVER), reason="Debian chromium + chromium-driver not installed (apt-get install chromium chromium-driver)")
 
 LIVE_STEPS = 5
-PANELS = ("overview", "functions", "quality", "dynamics", "sources", "sampler", "filter", "alerts", "samples", "raw")
+PANELS = ("overview", "hacking", "functions", "quality", "dynamics", "sources", "sampler", "filter", "alerts", "samples", "raw")
 #: plots per panel (each drawn with at least one trace)
 PLOTS = {"overview": 1, "functions": 2, "quality": 3, "dynamics": 3, "sources": 4, "sampler": 4, "filter": 4, "alerts": 1}
 WAIT_S = 90
@@ -152,6 +152,10 @@ def test_every_panel_renders_with_data_overlays_runs_and_follows_appended_lines(
     # overlay: both runs in the overview table, the per-function chart has both runs' four functions
     overview = snap["overview"]["text"]
     assert "demo" in overview and "other" in overview and f"other: last step {LIVE_STEPS}, running" in overview
+    assert "demo · rewards/min" in overview and "demo · rewards/max" in overview  # the min / max chart's legend
+    hacking = snap["hacking"]["text"]  # the finished run's verdict with its numbers; none yet for the live one
+    assert "Reward hacking check" in hacking and "no verdict yet" in hacking
+    assert "no reward hacking" in hacking and "task/acc rose" in hacking and "task change (standard errors)" in hacking
     functions = snap["functions"]
     assert functions["traces"][0] == 8 and "demo · check_answer" in functions["text"] and "other · format_exact" in functions["text"]
     assert snap["quality"]["traces"] == [2, 2, 2]
