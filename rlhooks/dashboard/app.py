@@ -17,6 +17,7 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from rlhooks.dashboard.data import DashboardError, RunTail, label_runs
+from rlhooks.plugins.rewards.alerts import episodes_from_rows
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
@@ -254,15 +255,48 @@ def panel_filter(runs: list[RunTail]) -> None:
     ])
 
 
+LEVEL_COLOURS = {"info": "#1f77b4", "warning": "#ff7f0e", "critical": "#d62728"}
+
+
+def alerts_figure(runs: list[RunTail]) -> go.Figure | None:
+    """Alerts per step by level (bars, left axis) and the run's running total (line, right axis)."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    for ri, run in enumerate(runs):
+        prefix = f"{run.label} · " if len(runs) > 1 else ""
+        for level, colour in LEVEL_COLOURS.items():
+            key = f"alerts/{level}"
+            if key in run.frame.columns:
+                d = run.frame[["step", key]].dropna()
+                if d[key].any():
+                    fig.add_trace(go.Bar(x=d["step"], y=d[key], name=f"{prefix}{level} (per step)", marker_color=colour,
+                                         offsetgroup=str(ri)), secondary_y=False)
+        if "alerts/total" in run.frame.columns:
+            d = run.frame[["step", "alerts/total"]].dropna()
+            fig.add_trace(go.Scatter(x=d["step"], y=d["alerts/total"], mode="lines", name=f"{prefix}total (run)",
+                                     line={"color": "#333", "dash": DASHES[ri % len(DASHES)]}), secondary_y=True)
+    if not fig.data:
+        return None
+    fig.update_layout(title="alerts", height=380, barmode="stack", margin=dict(l=40, r=40, t=40, b=30),
+                      legend=dict(orientation="h", yanchor="top", y=-0.15, xanchor="left", x=0))
+    fig.update_yaxes(title_text="alerts per step", secondary_y=False, rangemode="tozero")
+    fig.update_yaxes(title_text="total alerts", secondary_y=True, rangemode="tozero", showgrid=False)
+    return fig
+
+
 def panel_alerts(runs: list[RunTail]) -> None:
     st.header("Alerts")
-    show(lines(runs, fixed("alerts/info", "alerts/warning", "alerts/critical", "alerts/total"), "alerts",
-               strip("alerts/")), "alerts", "No alerts/* metrics (the reward_monitor logs them).")
+    show(alerts_figure(runs), "alerts", "No alerts/* metrics (the reward_monitor logs them).")
     for r in runs:
         summary = (r.summaries().get("reward_monitor.json") or {}).get("alerts")
         st.subheader(r.label)
-        if r.alert_rows:
-            st.table(pd.DataFrame(r.alert_rows[-50:]))
+        episodes = (summary or {}).get("episodes") if r.status is not None else None
+        if episodes is None:
+            episodes = episodes_from_rows(r.alert_rows)
+        if episodes:
+            st.caption("one row per episode: from the step an alert's condition starts to hold until it clears")
+            st.table(pd.DataFrame([{"metric": e["metric"], "level": e["level"], "start": e["start"], "end": e["end"],
+                                    "steps": e["steps"], "peak": e["peak"], "message": e["message"]}
+                                   for e in episodes[-50:]]))
         else:
             st.markdown("no alert fired" + (" so far" if r.status is None else ""))
         if summary:

@@ -245,7 +245,16 @@ def _alerts_section(run: RunData) -> str:
         out.append("<table><tr><th>metric</th><th>alerts</th><th>first step</th><th>last step</th></tr>" + "".join(
             f"<tr><td>{_esc(m)}</td><td class='num'>{int(v.get('count', 0))}</td><td class='num'>{_esc(v.get('first_step'))}"
             f"</td><td class='num'>{_esc(v.get('last_step'))}</td></tr>" for m, v in by_metric.items()) + "</table>")
-    recent = alerts.get("recent") or []
+    episodes = alerts.get("episodes")
+    if episodes:
+        out.append("<p class='muted'>one row per episode: from the step an alert's condition starts to hold until it clears</p>"
+                   "<table><tr><th>metric</th><th>level</th><th>start</th><th>end</th><th>steps</th><th>peak</th>"
+                   "<th>message</th></tr>" + "".join(
+                       f"<tr><td>{_esc(e.get('metric'))}</td><td>{_esc(e.get('level'))}</td><td class='num'>{_esc(e.get('start'))}</td>"
+                       f"<td class='num'>{_esc(e.get('end'))}{' (ongoing)' if e.get('ongoing') else ''}</td>"
+                       f"<td class='num'>{_esc(e.get('steps'))}</td>{_cell(e.get('peak'))}<td>{_esc(e.get('message'))}</td></tr>"
+                       for e in episodes[-50:]) + "</table>")
+    recent = [] if episodes else (alerts.get("recent") or [])
     if recent:
         out.append("<details><summary>latest alerts</summary><table><tr><th>step</th><th>level</th><th>message</th></tr>"
                    + "".join(f"<tr><td class='num'>{_esc(a.get('step'))}</td><td>{_esc(a.get('level'))}</td>"
