@@ -17,9 +17,9 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from rlhooks.dashboard.data import DashboardError, RunTail, label_runs
+from rlhooks.palette import PALETTE, series_colours
 from rlhooks.plugins.rewards.alerts import episodes_from_rows
 
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
 RAW_ROWS = 500  # steps shown in the raw-data table (the newest)
 
@@ -38,15 +38,16 @@ def tail(path: str) -> RunTail:
 
 # -- plotting -------------------------------------------------------------------------------
 
-def _style(run_i: int, key_i: int, n_runs: int) -> dict[str, Any]:
-    """One colour per metric and one dash per run when overlaying runs; one colour per metric otherwise."""
-    return {"color": PALETTE[key_i % len(PALETTE)], "dash": DASHES[run_i % len(DASHES)] if n_runs > 1 else "solid"}
+def _style(run_i: int, key_i: int, n_runs: int, colour: str | None = None) -> dict[str, Any]:
+    """One colour per series (``colour``, else by index) and one dash per run when overlaying runs."""
+    return {"color": colour or PALETTE[key_i % len(PALETTE)], "dash": DASHES[run_i % len(DASHES)] if n_runs > 1 else "solid"}
 
 
 def lines(runs: list[RunTail], keys_of, title: str, label=lambda k: k, yaxis: str = "", height: int = 380) -> go.Figure | None:
     """A line chart of ``keys_of(run)`` for every run; None when no run has any of them."""
     fig = go.Figure()
     all_keys = sorted({k for r in runs for k in keys_of(r)})
+    colours = series_colours(label(k) for k in all_keys)  # the report's colours for the same labels
     for ri, run in enumerate(runs):
         df = run.frame
         for key in keys_of(run):
@@ -57,7 +58,7 @@ def lines(runs: list[RunTail], keys_of, title: str, label=lambda k: k, yaxis: st
                 continue
             name = label(key) if len(runs) == 1 else f"{run.label} · {label(key)}"
             fig.add_trace(go.Scatter(x=d["step"], y=d[key], mode="lines", name=name,
-                                     line=_style(ri, all_keys.index(key), len(runs))))
+                                     line=_style(ri, all_keys.index(key), len(runs), colours[label(key)])))
     if not fig.data:
         return None
     fig.update_layout(title=title, height=height, margin=dict(l=40, r=10, t=40, b=30), xaxis_title="step",
@@ -204,6 +205,7 @@ def panel_sources(runs: list[RunTail]) -> None:
         return key[len("source/"):].rsplit("/", 1)[0]
 
     comp = go.Figure()
+    colours = series_colours(name for run in runs for name in run.sources())
     for ri, run in enumerate(runs):
         counts = {name: cols["count"] for name, cols in run.sources().items() if "count" in cols}
         if not counts:
@@ -213,10 +215,11 @@ def panel_sources(runs: list[RunTail]) -> None:
         for si, (name, col) in enumerate(sorted(counts.items())):
             comp.add_trace(go.Scatter(x=df["step"], y=100 * df[col] / total, mode="lines", stackgroup=f"run{ri}",
                                       name=name if len(runs) == 1 else f"{run.label} · {name}",
-                                      line=_style(ri, si, len(runs))))
-    if comp.data:
-        comp.update_layout(title="trained rows by source (% of the step)", height=320, yaxis_title="%",
-                           margin=dict(l=40, r=10, t=40, b=30), xaxis_title="step")
+                                      line=_style(ri, si, len(runs), colours[name])))
+    if comp.data:  # legend below the plot: a stacked chart fills its whole area
+        comp.update_layout(title="trained rows by source (% of the step)", height=380, yaxis_title="%",
+                           margin=dict(l=40, r=10, t=40, b=30), xaxis_title="step",
+                           legend=dict(font=dict(size=10), orientation="h", yanchor="top", y=-0.25))
     grid([
         (comp if comp.data else None, "composition", "No source/<name>/count metrics (enable source_metrics)."),
         (lines(runs, per_source("reward"), "mean reward by source (trained)", source_label), "source_reward",
