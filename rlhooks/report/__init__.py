@@ -77,7 +77,7 @@ th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums
 figure{margin:16px 0} figure img{max-width:100%;border:1px solid #eee} figcaption{font-size:12px;color:#666}
 pre{white-space:pre-wrap;word-break:break-word;margin:0;font-size:12px;max-width:520px}
 .note{color:#8a5a00} details{margin:8px 0} .muted{color:#777;font-size:12px}
-.samples{overflow-x:auto} .samples td pre{min-width:32ch;max-width:70ch}
+.samples{overflow-x:auto} .samples td pre.long{min-width:34ch;max-width:70ch}
 .verdict{padding:8px 12px;border-left:4px solid #888;background:#f7f7f7} .verdict.hacking{border-color:#c0392b;background:#fdecea}
 .verdict.clear{border-color:#27ae60;background:#eafaf1}
 """
@@ -283,7 +283,8 @@ def _cell(v: Any) -> str:
     text = v if isinstance(v, str) else json.dumps(v, default=str)
     if len(text) > MAX_CELL:
         text = text[:MAX_CELL] + f"… (+{len(text) - MAX_CELL} chars)"
-    return f"<td><pre>{_esc(text)}</pre></td>"
+    long = " class='long'" if len(text) > 40 else ""  # prompts and responses get room; short labels do not
+    return f"<td><pre{long}>{_esc(text)}</pre></td>"
 
 
 def _table(t: Table) -> str:
