@@ -129,6 +129,22 @@ return out;
 """
 
 
+#: per plot of a panel: each trace's name and colour, and whether its legend lies clear of the plot area
+TRACES_JS = """
+const el = document.querySelector('.st-key-panel-' + arguments[0]);
+return Array.from(el.querySelectorAll('.js-plotly-plot')).map(p => {
+  const area = p.querySelector('.nsewdrag').getBoundingClientRect();
+  const legend = p.querySelector('.legend');
+  const box = legend ? legend.getBoundingClientRect() : null;
+  return {
+    title: (p.querySelector('.gtitle') || {}).textContent || '',
+    traces: p.data.map(t => [t.name, (t.line || {}).color || (t.marker || {}).color]),
+    legend_clear: box === null || box.top >= area.bottom || box.left >= area.right,
+  };
+});
+"""
+
+
 def snapshot(driver) -> dict:
     """Every panel's text, plot traces, tables and data-grid row counts, in one round trip."""
     return driver.execute_script(SNAPSHOT_JS, list(PANELS))
@@ -168,6 +184,17 @@ def test_every_panel_renders_with_data_overlays_runs_and_follows_appended_lines(
     assert "filter/kept_ratio" in alerts  # the run-end alert summary of the finished run:
     assert "first_step" in alerts and "last_step" in alerts  # its by-metric table
     assert "alert on kl_divergense never checked: no step logged it — did you mean training/kl_divergence?" in alerts
+    # one colour per source, the report's palette (rlhooks.palette), in every chart; legends off the data
+    from rlhooks.palette import series_colours
+
+    colours = series_colours(["arith_add", "arith_mul", "chain", "logic"])
+    for panel in ("sources", "sampler"):
+        for plot in browser.execute_script(TRACES_JS, panel):
+            assert plot["legend_clear"], (panel, plot["title"])
+            for name, colour in plot["traces"]:
+                source = name.split(" · ")[-1]
+                if source in colours:
+                    assert colour == colours[source], (panel, plot["title"], name)
     samples = snap["samples"]
     assert samples["tables"] >= 1 and "selection" in samples["text"] and "top" in samples["text"]
     raw = snap["raw"]
