@@ -89,3 +89,18 @@ def test_the_demo_run_gets_no_false_verdict(tmp_path):
     assert main(["simulate", "--out", str(tmp_path), "--no-progress", "--no-report"]) == 0
     v = json.loads((tmp_path / "demo" / "reward_monitor.json").read_text())["reward_hacking"]
     assert not v["detected"] and v["confidence"] == "high" and "task/acc rose" in v["verdict"]
+
+
+def test_the_shortcut_resumes_exactly(small_data, tmp_path):
+    cfg = small_config(tmp_path, run={"steps": 8}, rewards=["claims_verified", *REWARD_FNS, "reward_monitor"], simulate=PLANTED)
+    full = SimEngine(load_sim_config(cfg), small_data, run_dir=tmp_path / "full")
+    full.run()
+    first = SimEngine(load_sim_config(cfg), small_data, run_dir=tmp_path / "p1")
+    first.run(4)
+    state = json.loads(json.dumps(first.state_dict()))
+    resumed = SimEngine(load_sim_config(cfg), small_data, run_dir=tmp_path / "p2")
+    resumed.load_state_dict(state)
+    resumed.run()
+    np.testing.assert_array_equal(resumed.learner.exploit, full.learner.exploit)
+    assert resumed.last_metrics["task/acc"] == full.last_metrics["task/acc"]
+    assert full.learner.exploit[0] != 0.05  # it moved
