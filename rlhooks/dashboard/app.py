@@ -17,8 +17,9 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from rlhooks.dashboard.data import DashboardError, RunTail, label_runs
+from rlhooks.palette import PALETTE, series_colours
+from rlhooks.plugins.rewards.alerts import episodes_from_rows
 
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
 RAW_ROWS = 500  # steps shown in the raw-data table (the newest)
 
@@ -37,15 +38,16 @@ def tail(path: str) -> RunTail:
 
 # -- plotting -------------------------------------------------------------------------------
 
-def _style(run_i: int, key_i: int, n_runs: int) -> dict[str, Any]:
-    """One colour per metric and one dash per run when overlaying runs; one colour per metric otherwise."""
-    return {"color": PALETTE[key_i % len(PALETTE)], "dash": DASHES[run_i % len(DASHES)] if n_runs > 1 else "solid"}
+def _style(run_i: int, key_i: int, n_runs: int, colour: str | None = None) -> dict[str, Any]:
+    """One colour per series (``colour``, else by index) and one dash per run when overlaying runs."""
+    return {"color": colour or PALETTE[key_i % len(PALETTE)], "dash": DASHES[run_i % len(DASHES)] if n_runs > 1 else "solid"}
 
 
 def lines(runs: list[RunTail], keys_of, title: str, label=lambda k: k, yaxis: str = "", height: int = 380) -> go.Figure | None:
     """A line chart of ``keys_of(run)`` for every run; None when no run has any of them."""
     fig = go.Figure()
     all_keys = sorted({k for r in runs for k in keys_of(r)})
+    colours = series_colours(label(k) for k in all_keys)  # the report's colours for the same labels
     for ri, run in enumerate(runs):
         df = run.frame
         for key in keys_of(run):
@@ -56,7 +58,7 @@ def lines(runs: list[RunTail], keys_of, title: str, label=lambda k: k, yaxis: st
                 continue
             name = label(key) if len(runs) == 1 else f"{run.label} · {label(key)}"
             fig.add_trace(go.Scatter(x=d["step"], y=d[key], mode="lines", name=name,
-                                     line=_style(ri, all_keys.index(key), len(runs))))
+                                     line=_style(ri, all_keys.index(key), len(runs), colours[label(key)])))
     if not fig.data:
         return None
     fig.update_layout(title=title, height=height, margin=dict(l=40, r=10, t=40, b=30), xaxis_title="step",
@@ -119,10 +121,12 @@ def panel_overview(runs: list[RunTail]) -> None:
         for ki, (key, row, col) in enumerate(spots):
             if key in run.frame.columns:
                 d = run.frame[["step", key]].dropna()
-                fig.add_trace(go.Scatter(x=d["step"], y=d[key], mode="lines", name=f"{run.label} · {key}",
+                name = f"{run.label} · {key}" if len(runs) > 1 else key
+                fig.add_trace(go.Scatter(x=d["step"], y=d[key], mode="lines", name=name,
                                          line=_style(ri, ki, len(runs))), row=row, col=col)
-    if fig.data:
-        fig.update_layout(height=480, margin=dict(l=40, r=10, t=40, b=30), showlegend=len(runs) > 1)
+    if fig.data:  # a legend even for one run: the min / max chart has two lines to tell apart
+        fig.update_layout(height=520, margin=dict(l=40, r=10, t=40, b=30), showlegend=True,
+                          legend=dict(orientation="h", yanchor="top", y=-0.08, xanchor="left", x=0))
     show(fig if fig.data else None, "overview", "No rewards/* metrics yet: enable the reward_monitor plugin.")
 
 
@@ -154,6 +158,31 @@ def panel_quality(runs: list[RunTail]) -> None:
                 st.warning(issue)
 
 
+def panel_hacking(runs: list[RunTail]) -> None:
+    st.header("Reward hacking check")
+    from rlhooks.report import HACKING_EVIDENCE, hacking_class
+
+    for r in runs:
+        st.subheader(r.label)
+        hacking = (r.summaries().get("reward_monitor.json") or {}).get("reward_hacking")
+        if not isinstance(hacking, dict):
+            st.info("no verdict yet: the reward monitor writes it at run end (reward_monitor.json)"
+                    if r.status is None else "no reward-hacking check in this run's summary (reward_monitor with analyze_at_end)")
+            continue
+        verdict = hacking.get("verdict") or ("detected" if hacking.get("detected") else "not detected")
+        {"hacking": st.error, "clear": st.success}.get(hacking_class(hacking), st.info)(verdict)
+        ev = hacking.get("evidence") or {}
+        rows = [{"evidence": label, "value": str(ev[k]) if isinstance(ev[k], str) else f"{ev[k]:.4g}"}
+                for k, label in HACKING_EVIDENCE if ev.get(k) is not None]
+        if rows:
+            st.table(pd.DataFrame(rows).set_index("evidence"))
+        suspects = hacking.get("suspect_functions") or []
+        if suspects:
+            detail = ev.get("suspects") or {}
+            st.table(pd.DataFrame([{"suspect reward function": f, **(detail.get(f) or {})} for f in suspects])
+                     .set_index("suspect reward function"))
+
+
 def panel_dynamics(runs: list[RunTail]) -> None:
     st.header("Training dynamics")
     grid([
@@ -176,6 +205,7 @@ def panel_sources(runs: list[RunTail]) -> None:
         return key[len("source/"):].rsplit("/", 1)[0]
 
     comp = go.Figure()
+    colours = series_colours(name for run in runs for name in run.sources())
     for ri, run in enumerate(runs):
         counts = {name: cols["count"] for name, cols in run.sources().items() if "count" in cols}
         if not counts:
@@ -185,10 +215,11 @@ def panel_sources(runs: list[RunTail]) -> None:
         for si, (name, col) in enumerate(sorted(counts.items())):
             comp.add_trace(go.Scatter(x=df["step"], y=100 * df[col] / total, mode="lines", stackgroup=f"run{ri}",
                                       name=name if len(runs) == 1 else f"{run.label} · {name}",
-                                      line=_style(ri, si, len(runs))))
-    if comp.data:
-        comp.update_layout(title="trained rows by source (% of the step)", height=320, yaxis_title="%",
-                           margin=dict(l=40, r=10, t=40, b=30), xaxis_title="step")
+                                      line=_style(ri, si, len(runs), colours[name])))
+    if comp.data:  # legend below the plot: a stacked chart fills its whole area
+        comp.update_layout(title="trained rows by source (% of the step)", height=380, yaxis_title="%",
+                           margin=dict(l=40, r=10, t=40, b=30), xaxis_title="step",
+                           legend=dict(font=dict(size=10), orientation="h", yanchor="top", y=-0.25))
     grid([
         (comp if comp.data else None, "composition", "No source/<name>/count metrics (enable source_metrics)."),
         (lines(runs, per_source("reward"), "mean reward by source (trained)", source_label), "source_reward",
@@ -227,15 +258,48 @@ def panel_filter(runs: list[RunTail]) -> None:
     ])
 
 
+LEVEL_COLOURS = {"info": "#1f77b4", "warning": "#ff7f0e", "critical": "#d62728"}
+
+
+def alerts_figure(runs: list[RunTail]) -> go.Figure | None:
+    """Alerts per step by level (bars, left axis) and the run's running total (line, right axis)."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    for ri, run in enumerate(runs):
+        prefix = f"{run.label} · " if len(runs) > 1 else ""
+        for level, colour in LEVEL_COLOURS.items():
+            key = f"alerts/{level}"
+            if key in run.frame.columns:
+                d = run.frame[["step", key]].dropna()
+                if d[key].any():
+                    fig.add_trace(go.Bar(x=d["step"], y=d[key], name=f"{prefix}{level} (per step)", marker_color=colour,
+                                         offsetgroup=str(ri)), secondary_y=False)
+        if "alerts/total" in run.frame.columns:
+            d = run.frame[["step", "alerts/total"]].dropna()
+            fig.add_trace(go.Scatter(x=d["step"], y=d["alerts/total"], mode="lines", name=f"{prefix}total (run)",
+                                     line={"color": "#333", "dash": DASHES[ri % len(DASHES)]}), secondary_y=True)
+    if not fig.data:
+        return None
+    fig.update_layout(title="alerts", height=380, barmode="stack", margin=dict(l=40, r=40, t=40, b=30),
+                      legend=dict(orientation="h", yanchor="top", y=-0.15, xanchor="left", x=0))
+    fig.update_yaxes(title_text="alerts per step", secondary_y=False, rangemode="tozero")
+    fig.update_yaxes(title_text="total alerts", secondary_y=True, rangemode="tozero", showgrid=False)
+    return fig
+
+
 def panel_alerts(runs: list[RunTail]) -> None:
     st.header("Alerts")
-    show(lines(runs, fixed("alerts/info", "alerts/warning", "alerts/critical", "alerts/total"), "alerts",
-               strip("alerts/")), "alerts", "No alerts/* metrics (the reward_monitor logs them).")
+    show(alerts_figure(runs), "alerts", "No alerts/* metrics (the reward_monitor logs them).")
     for r in runs:
         summary = (r.summaries().get("reward_monitor.json") or {}).get("alerts")
         st.subheader(r.label)
-        if r.alert_rows:
-            st.table(pd.DataFrame(r.alert_rows[-50:]))
+        episodes = (summary or {}).get("episodes") if r.status is not None else None
+        if episodes is None:
+            episodes = episodes_from_rows(r.alert_rows)
+        if episodes:
+            st.caption("one row per episode: from the step an alert's condition starts to hold until it clears")
+            st.table(pd.DataFrame([{"metric": e["metric"], "level": e["level"], "start": e["start"], "end": e["end"],
+                                    "steps": e["steps"], "peak": e["peak"], "message": e["message"]}
+                                   for e in episodes[-50:]]))
         else:
             st.markdown("no alert fired" + (" so far" if r.status is None else ""))
         if summary:
@@ -284,7 +348,7 @@ def panel_raw(runs: list[RunTail]) -> None:
 
 
 PANELS = (
-    ("overview", panel_overview), ("functions", panel_functions), ("quality", panel_quality),
+    ("overview", panel_overview), ("hacking", panel_hacking), ("functions", panel_functions), ("quality", panel_quality),
     ("dynamics", panel_dynamics), ("sources", panel_sources), ("sampler", panel_sampler),
     ("filter", panel_filter), ("alerts", panel_alerts), ("samples", panel_samples), ("raw", panel_raw),
 )

@@ -39,8 +39,8 @@ _PER_SOURCE_PREFIXES = ("sim/accuracy/", "sim/skill/", "sampler/weight/", "sampl
 HEADLINE = (
     ("sim/accuracy/mean", "mean accuracy"), ("rewards/mean", "mean reward"), ("curriculum/level", "curriculum level"),
     ("curriculum/percentile", "curriculum percentile"), ("filter/kept_ratio", "kept ratio"),
-    ("train/num_gen_batches", "gen batches/step"), ("sim/generated_trajectories", "generated trajectories"),
-    ("sim/trained_trajectories", "trained trajectories"), ("alerts/total", "alerts"),
+    ("train/num_gen_batches", "gen batches/step"), ("sim/generated_trajectories", "generated trajectories (run total)"),
+    ("sim/trained_trajectories", "trained trajectories (run total)"), ("alerts/total", "alerts"),
 )
 
 __all__ = ["write_report", "load_run", "RunData", "ReportError"]
@@ -86,6 +86,9 @@ th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums
 figure{margin:16px 0} figure img{max-width:100%;border:1px solid #eee} figcaption{font-size:12px;color:#666}
 pre{white-space:pre-wrap;word-break:break-word;margin:0;font-size:12px;max-width:520px}
 .note{color:#8a5a00} details{margin:8px 0} .muted{color:#777;font-size:12px}
+.samples{overflow-x:auto} .samples td pre.long{min-width:34ch;max-width:70ch}
+.verdict{padding:8px 12px;border-left:4px solid #888;background:#f7f7f7} .verdict.hacking{border-color:#c0392b;background:#fdecea}
+.verdict.clear{border-color:#27ae60;background:#eafaf1}
 """
 
 
@@ -156,6 +159,10 @@ def _page(runs: list[RunData], charts: list[tuple[str, Path]], notes: list[str])
             f"<figure id='{_esc(path.stem)}'><img alt='{_esc(chart_title)}' src='data:image/png;base64,{data}'>"
             f"<figcaption>{_esc(chart_title)} — <a href='{_esc(path.name)}'>{_esc(path.name)}</a></figcaption></figure>"
         )
+    parts.append("<h2 id='reward-hacking'>Reward hacking check</h2>")
+    parts.extend(_hacking_section(r) for r in runs)
+    parts.append("<h2 id='quality'>Reward quality</h2>")
+    parts.extend(_quality_section(r) for r in runs)
     parts.append("<h2 id='alerts'>Alerts</h2>")
     parts.extend(_alerts_section(r) for r in runs)
     parts.append("<h2>Samples</h2>")
@@ -167,7 +174,7 @@ def _page(runs: list[RunData], charts: list[tuple[str, Path]], notes: list[str])
             for t in shown:
                 any_table = True
                 parts.append(f"<h3>{_esc(run.name)} · {_esc(name)} · step {t.step}</h3>")
-                parts.append(_table(t))
+                parts.append("<div class='samples'>" + _table(t) + "</div>")
             count = run.table_counts[name]
             shown_note = "it is shown" if count == 1 else "the first and the last are shown"
             parts.append(f"<p class='muted'>{count} table{'s' if count != 1 else ''} named {_esc(name)} "
@@ -182,6 +189,81 @@ def _page(runs: list[RunData], charts: list[tuple[str, Path]], notes: list[str])
 
 
 MONITOR_SUMMARY = "reward_monitor.json"  # the reward monitor's run-end summary, next to metrics.jsonl
+
+
+def _monitor_summary(run: RunData) -> tuple[dict[str, Any] | None, str | None]:
+    """The reward monitor's run-end summary of a run, or why there is none."""
+    path = Path(run.path).parent / MONITOR_SUMMARY
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, f"no {MONITOR_SUMMARY} (the run is unfinished or has no reward_monitor)"
+    except (OSError, ValueError) as exc:
+        return None, f"cannot read {path.name}: {exc}"
+    return (data, None) if isinstance(data, dict) else (None, f"{path.name} is not a JSON object")
+
+
+#: evidence figures shown in the hacking panel, in order, with their labels
+HACKING_EVIDENCE = (
+    ("task_signal", "task signal"), ("steps", "steps checked"), ("reward_early", "mean reward, first third"),
+    ("reward_late", "mean reward, last third"), ("reward_rise_in_std", "reward rise (batch std)"),
+    ("task_early", "task signal, first third"), ("task_late", "task signal, last third"),
+    ("task_change_in_se", "task change (standard errors)"), ("task_peak", "task signal, best window"),
+    ("task_change_since_peak_in_se", "task change since best (standard errors)"), ("kl_growth", "KL growth (of its mean)"),
+)
+
+
+def hacking_class(hacking: dict[str, Any]) -> str:
+    """CSS class of a verdict: hacking (flagged), clear (not flagged with a task signal), else unknown."""
+    if hacking.get("detected"):
+        return "hacking"
+    return "clear" if hacking.get("task_signal") else "unknown"
+
+
+def _hacking_section(run: RunData) -> str:
+    head = f"<h3>{_esc(run.name)}</h3>"
+    summary, why = _monitor_summary(run)
+    hacking = (summary or {}).get("reward_hacking")
+    if not isinstance(hacking, dict):
+        return head + f"<p class='muted'>No reward-hacking check: {_esc(why or 'the summary has none (analyze_at_end off?)')}.</p>"
+    verdict = hacking.get("verdict") or ("detected: " + "; ".join(hacking.get("reasons") or []) if hacking.get("detected") else "not detected")
+    out = [head, f"<p class='verdict {hacking_class(hacking)}'><b>{_esc(verdict)}</b></p>"]
+    ev = hacking.get("evidence") or {}
+    rows = [(label, ev[k]) for k, label in HACKING_EVIDENCE if ev.get(k) is not None]
+    if rows:
+        out.append("<table><tr><th>evidence</th><th>value</th></tr>" + "".join(
+            f"<tr><td>{_esc(lab)}</td>{_cell(v)}</tr>" for lab, v in rows) + "</table>")
+    if ev.get("kl_note"):
+        out.append(f"<p class='muted'>{_esc(ev['kl_note'])}</p>")
+    suspects = hacking.get("suspect_functions") or []
+    if suspects:
+        detail = ev.get("suspects") or {}
+        out.append("<table><tr><th>suspect reward function</th><th>trend</th><th>correlation with the task signal</th></tr>"
+                   + "".join(f"<tr><td>{_esc(f)}</td>{_cell((detail.get(f) or {}).get('trend'))}"
+                             f"{_cell((detail.get(f) or {}).get('correlation_with_task'))}</tr>" for f in suspects) + "</table>")
+    elif hacking.get("detected"):
+        out.append("<p class='muted'>No single reward function rises apart from the task signal.</p>")
+    return "".join(out)
+
+
+def _quality_section(run: RunData) -> str:
+    head = f"<h3>{_esc(run.name)}</h3>"
+    summary, why = _monitor_summary(run)
+    q = (summary or {}).get("quality")
+    if not isinstance(q, dict):
+        return head + f"<p class='muted'>No quality score: {_esc(why or (summary or {}).get('quality_error') or 'not computed')}.</p>"
+    dims = ["consistency", "discriminability", "stability", "coverage"]
+    out = [head, f"<p>quality score <b>{_fmt(q.get('quality_score'))}</b> / 100 over steps {_esc(q.get('first_step'))}.."
+           f"{_esc(q.get('last_step'))} (coverage against the {_esc(q.get('coverage_basis'))})</p>",
+           "<table><tr>" + "".join(f"<th>{d}</th>" for d in dims) + "</tr><tr>"
+           + "".join(_cell(q.get(d)) for d in dims) + "</tr></table>"]
+    issues = q.get("issues") or []
+    recs = q.get("recommendations") or []
+    if issues:
+        out.append("<ul>" + "".join(f"<li class='note'>{_esc(i)}</li>" for i in issues) + "</ul>")
+    if recs:
+        out.append("<ul>" + "".join(f"<li>{_esc(r)}</li>" for r in recs) + "</ul>")
+    return "".join(out)
 
 
 def _alerts_section(run: RunData) -> str:
@@ -208,7 +290,16 @@ def _alerts_section(run: RunData) -> str:
         out.append("<table><tr><th>metric</th><th>alerts</th><th>first step</th><th>last step</th></tr>" + "".join(
             f"<tr><td>{_esc(m)}</td><td class='num'>{int(v.get('count', 0))}</td><td class='num'>{_esc(v.get('first_step'))}"
             f"</td><td class='num'>{_esc(v.get('last_step'))}</td></tr>" for m, v in by_metric.items()) + "</table>")
-    recent = alerts.get("recent") or []
+    episodes = alerts.get("episodes")
+    if episodes:
+        out.append("<p class='muted'>one row per episode: from the step an alert's condition starts to hold until it clears</p>"
+                   "<table><tr><th>metric</th><th>level</th><th>start</th><th>end</th><th>steps</th><th>peak</th>"
+                   "<th>message</th></tr>" + "".join(
+                       f"<tr><td>{_esc(e.get('metric'))}</td><td>{_esc(e.get('level'))}</td><td class='num'>{_esc(e.get('start'))}</td>"
+                       f"<td class='num'>{_esc(e.get('end'))}{' (ongoing)' if e.get('ongoing') else ''}</td>"
+                       f"<td class='num'>{_esc(e.get('steps'))}</td>{_cell(e.get('peak'))}<td>{_esc(e.get('message'))}</td></tr>"
+                       for e in episodes[-50:]) + "</table>")
+    recent = [] if episodes else (alerts.get("recent") or [])
     if recent:
         out.append("<details><summary>latest alerts</summary><table><tr><th>step</th><th>level</th><th>message</th></tr>"
                    + "".join(f"<tr><td class='num'>{_esc(a.get('step'))}</td><td>{_esc(a.get('level'))}</td>"
@@ -221,7 +312,7 @@ def _alerts_section(run: RunData) -> str:
 
 def _runs_table(runs: list[RunData]) -> str:
     keys = [(k, label) for k, label in HEADLINE if any(r.has(k) for r in runs)]
-    head = "<tr><th>run</th><th>steps</th><th>status</th>" + "".join(f"<th>{_esc(lab)} (last)</th>" for _, lab in keys) + "</tr>"
+    head = "<tr><th>run</th><th>steps</th><th>status</th>" + "".join(f"<th>{_esc(lab if 'total' in lab else lab + ' (last)')}</th>" for _, lab in keys) + "</tr>"
     rows = []
     for r in runs:
         cells = "".join(f"<td class='num'>{_fmt(r.last(k))}</td>" for k, _ in keys)
@@ -237,7 +328,8 @@ def _cell(v: Any) -> str:
     text = v if isinstance(v, str) else json.dumps(v, default=str)
     if len(text) > MAX_CELL:
         text = text[:MAX_CELL] + f"… (+{len(text) - MAX_CELL} chars)"
-    return f"<td><pre>{_esc(text)}</pre></td>"
+    long = " class='long'" if len(text) > 40 else ""  # prompts and responses get room; short labels do not
+    return f"<td><pre{long}>{_esc(text)}</pre></td>"
 
 
 def _table(t: Table) -> str:

@@ -17,6 +17,7 @@ import numpy as np
 
 from rlhooks.core.metrics import split_source_key
 from rlhooks.core.rundir import write_atomic
+from rlhooks.palette import run_colour, series_colours
 from rlhooks.report.reader import RunData
 
 LINESTYLES = ("-", "--", ":", "-.")
@@ -133,12 +134,12 @@ def render_chart(chart: Chart, runs: list[RunData], out_dir: Path) -> Path | Non
         return None
     ncols = 2 if len(panels) > 1 else 1
     nrows = (len(panels) + ncols - 1) // ncols
-    fig, axes = plt.subplots(nrows, ncols, figsize=(6.2 * ncols, 3.4 * nrows), squeeze=False)
-    cmap = plt.get_cmap("tab10")
+    # constrained layout keeps the legends below the axes (off the data) inside the figure
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.2 * ncols, 3.9 * nrows), squeeze=False, layout="constrained")
     # colours go to named series only (sources, functions), so a source has the same colour in every
-    # chart; a panel's single unnamed series (actor/entropy, ...) is coloured by its run instead
-    labels = sorted({lab for _, per_run in panels for _, m in per_run for lab, k in m if lab != k})
-    colour = {lab: cmap(i % 10) for i, lab in enumerate(labels)}
+    # chart, here and in the dashboard (rlhooks.palette); a panel's single unnamed series (actor/entropy,
+    # ...) is coloured by its run instead
+    colour = series_colours(lab for _, per_run in panels for _, m in per_run for lab, k in m if lab != k)
     multi = len(runs) > 1
     for ax, (panel, per_run) in zip(axes.ravel(), panels):
         if panel.stacked and not multi:
@@ -151,13 +152,13 @@ def render_chart(chart: Chart, runs: list[RunData], out_dir: Path) -> Path | Non
                     y = np.zeros(len(steps))
                     y[np.searchsorted(steps, s)] = np.nan_to_num(v)
                     ys.append(y)
-                ax.stackplot(steps, ys, labels=[lab for lab, _ in matches], colors=[colour.get(lab, cmap(i % 10)) for i, (lab, _) in enumerate(matches)], alpha=0.85)
+                ax.stackplot(steps, ys, labels=[lab for lab, _ in matches], colors=[colour.get(lab, run_colour(i)) for i, (lab, _) in enumerate(matches)], alpha=0.85)
         else:
             for r, (run, matches) in enumerate(per_run):
                 for lab, k in matches:
                     s, v = run.series[k]
                     single = len(matches) == 1 and lab == k
-                    col = cmap(r % 10) if single else colour.get(lab, cmap(r % 10))
+                    col = run_colour(r) if single else colour.get(lab, run_colour(r))
                     name = run.name if single else (f"{run.name} · {lab}" if multi else lab)
                     ax.plot(s, _smooth(v, panel.smooth), LINESTYLES[r % len(LINESTYLES)] if not single else "-",
                             color=col, label=name, linewidth=1.6)
@@ -169,12 +170,12 @@ def render_chart(chart: Chart, runs: list[RunData], out_dir: Path) -> Path | Non
         ax.grid(alpha=0.3)
         handles, _ = ax.get_legend_handles_labels()
         if handles and (len(handles) > 1 or multi):
-            ax.legend(fontsize=7, loc="upper left", framealpha=0.6, ncol=2 if len(handles) > 6 else 1)
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False,
+                      ncol=min(len(handles), 4))
     for ax in axes.ravel()[len(panels):]:
         ax.set_visible(False)
     title = chart.title + (" — " + " vs ".join(r.name for r in runs) if multi else f" — {runs[0].name}")
     fig.suptitle(title, fontsize=12)
-    fig.tight_layout()
     out = out_dir / chart.file
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90)

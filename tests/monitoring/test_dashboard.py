@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(
     not (CHROMIUM and CHROMEDRIVER), reason="Debian chromium + chromium-driver not installed (apt-get install chromium chromium-driver)")
 
 LIVE_STEPS = 5
-PANELS = ("overview", "functions", "quality", "dynamics", "sources", "sampler", "filter", "alerts", "samples", "raw")
+PANELS = ("overview", "hacking", "functions", "quality", "dynamics", "sources", "sampler", "filter", "alerts", "samples", "raw")
 #: plots per panel (each drawn with at least one trace)
 PLOTS = {"overview": 1, "functions": 2, "quality": 3, "dynamics": 3, "sources": 4, "sampler": 4, "filter": 4, "alerts": 1}
 WAIT_S = 90
@@ -129,6 +129,22 @@ return out;
 """
 
 
+#: per plot of a panel: each trace's name and colour, and whether its legend lies clear of the plot area
+TRACES_JS = """
+const el = document.querySelector('.st-key-panel-' + arguments[0]);
+return Array.from(el.querySelectorAll('.js-plotly-plot')).map(p => {
+  const area = p.querySelector('.nsewdrag').getBoundingClientRect();
+  const legend = p.querySelector('.legend');
+  const box = legend ? legend.getBoundingClientRect() : null;
+  return {
+    title: (p.querySelector('.gtitle') || {}).textContent || '',
+    traces: p.data.map(t => [t.name, (t.line || {}).color || (t.marker || {}).color]),
+    legend_clear: box === null || box.top >= area.bottom || box.left >= area.right,
+  };
+});
+"""
+
+
 def snapshot(driver) -> dict:
     """Every panel's text, plot traces, tables and data-grid row counts, in one round trip."""
     return driver.execute_script(SNAPSHOT_JS, list(PANELS))
@@ -152,6 +168,10 @@ def test_every_panel_renders_with_data_overlays_runs_and_follows_appended_lines(
     # overlay: both runs in the overview table, the per-function chart has both runs' four functions
     overview = snap["overview"]["text"]
     assert "demo" in overview and "other" in overview and f"other: last step {LIVE_STEPS}, running" in overview
+    assert "demo · rewards/min" in overview and "demo · rewards/max" in overview  # the min / max chart's legend
+    hacking = snap["hacking"]["text"]  # the finished run's verdict with its numbers; none yet for the live one
+    assert "Reward hacking check" in hacking and "no verdict yet" in hacking
+    assert "no reward hacking" in hacking and "task/acc rose" in hacking and "task change (standard errors)" in hacking
     functions = snap["functions"]
     assert functions["traces"][0] == 8 and "demo · check_answer" in functions["text"] and "other · format_exact" in functions["text"]
     assert snap["quality"]["traces"] == [2, 2, 2]
@@ -164,6 +184,17 @@ def test_every_panel_renders_with_data_overlays_runs_and_follows_appended_lines(
     assert "filter/kept_ratio" in alerts  # the run-end alert summary of the finished run:
     assert "first_step" in alerts and "last_step" in alerts  # its by-metric table
     assert "alert on kl_divergense never checked: no step logged it — did you mean training/kl_divergence?" in alerts
+    # one colour per source, the report's palette (rlhooks.palette), in every chart; legends off the data
+    from rlhooks.palette import series_colours
+
+    colours = series_colours(["arith_add", "arith_mul", "chain", "logic"])
+    for panel in ("sources", "sampler"):
+        for plot in browser.execute_script(TRACES_JS, panel):
+            assert plot["legend_clear"], (panel, plot["title"])
+            for name, colour in plot["traces"]:
+                source = name.split(" · ")[-1]
+                if source in colours:
+                    assert colour == colours[source], (panel, plot["title"], name)
     samples = snap["samples"]
     assert samples["tables"] >= 1 and "selection" in samples["text"] and "top" in samples["text"]
     raw = snap["raw"]

@@ -43,3 +43,23 @@ def test_report_without_a_monitor_summary_says_why(demo_run, tmp_path):
     shutil.copy(demo_run / "metrics.jsonl", run / "metrics.jsonl")
     section = _alerts_section(load_run(run))
     assert "alert(s) so far; the run-end summary (reward_monitor.json) is not written yet" in section
+
+
+def test_report_shows_each_alert_episode_once_and_the_hacking_and_quality_panels(demo_run):
+    from rlhooks.report import _alerts_section, _hacking_section, _quality_section, load_run
+
+    run = load_run(demo_run)
+    summary = json.loads((demo_run / "reward_monitor.json").read_text())
+    episodes = summary["alerts"]["episodes"]
+    kept = [e for e in episodes if e["metric"] == "filter/kept_ratio"]
+    fired = summary["alerts"]["by_metric"]["filter/kept_ratio"]["count"]
+    assert kept and sum(e["steps"] for e in kept) == fired  # every firing step is in exactly one episode
+    section = html.unescape(_alerts_section(run))
+    assert section.count("<td>filter/kept_ratio</td><td>warning</td>") == len(kept)  # once per episode, not per step
+    assert "one row per episode" in section and "latest alerts" not in section
+    hacking = html.unescape(_hacking_section(run))
+    assert summary["reward_hacking"]["verdict"] in hacking and "task change (standard errors)" in hacking
+    assert "class='verdict clear'" in hacking  # the demo learns: no false verdict
+    quality = html.unescape(_quality_section(run))
+    assert f"quality score <b>{summary['quality']['quality_score']:.4g}</b> / 100" in quality
+    assert "discriminability" in quality

@@ -54,7 +54,7 @@ def all_builtins_config(out_dir: Path, *, steps: int = 12, wandb_mode: str | Non
         "sampler": dict(REWARD_CURRICULUM),
         "prompt_filters": [{"name": "selective_rollout", "p_easy": 0.3, "p_hard": 0.3}],
         "filters": [{"name": "dapo", "metric": "acc"}],
-        "rewards": [*REWARD_FNS, "source_metrics", {
+        "rewards": ["claims_verified", *REWARD_FNS, "source_metrics", {
             "name": "reward_monitor", "log_distributions": True, "history": 50,
             "alerts": [
                 {"metric": "rewards/mean", "min_slope": 0.5, "window": 3, "level": "info"},  # trend: fires

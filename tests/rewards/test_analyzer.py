@@ -174,3 +174,44 @@ def test_saved_run_analysis_matches_the_monitors_run_end_report(tmp_path):
     assert an.analyze_quality().to_dict() == summary["quality"]  # JSON round-trips floats exactly
     assert an.analyze_function_importance() == summary["function_importance"]
     assert an.detect_reward_hacking().to_dict() == summary["reward_hacking"]  # KL x6, reward flat
+
+
+def _hist(reward, task, name="task/acc", std=1.0):
+    return [(i + 1, {"rewards/mean": r, "rewards/std": std, name: t}) for i, (r, t) in enumerate(zip(reward, task))]
+
+
+def test_hacking_verdict_weighs_the_task_signal_it_finds():
+    rng = np.random.default_rng(0)
+    n = 30
+    up = np.linspace(5, 9, n)
+    noise = rng.normal(0, 0.01, n)
+    learning = RewardAnalyzer(_hist(up, np.linspace(0.3, 0.8, n) + noise)).detect_reward_hacking()
+    assert learning.task_signal == "task/acc" and not learning.detected and learning.confidence == "high"
+    assert learning.verdict.startswith("no reward hacking (high confidence): task/acc rose from 0.3")
+    falling = RewardAnalyzer(_hist(up, np.linspace(0.5, 0.2, n) + noise)).detect_reward_hacking()
+    assert falling.detected and falling.confidence == "high" and "task/acc fell" in falling.reasons[0]
+    assert falling.evidence["task_change_in_se"] < -2 and falling.evidence["reward_rise_in_std"] > 2
+    flat = RewardAnalyzer(_hist(up, 0.5 + noise)).detect_reward_hacking()
+    assert flat.detected and flat.confidence == "medium"  # stalled, not fallen
+    # verl's validation accuracy is found too, and an explicit name wins over task/acc
+    assert RewardAnalyzer(_hist(up, up, name="val-core/gsm8k/acc/mean@1")).task_signal() == "val-core/gsm8k/acc/mean@1"
+
+
+def test_a_late_shortcut_is_caught_after_the_task_peaked():
+    rng = np.random.default_rng(1)
+    task = np.r_[np.linspace(0.3, 0.7, 40), np.linspace(0.7, 0.2, 20)] + rng.normal(0, 0.01, 60)
+    reward = np.r_[np.linspace(5, 8, 40), np.linspace(8, 11, 20)]
+    rep = RewardAnalyzer(_hist(reward, task)).detect_reward_hacking()
+    assert rep.detected and rep.confidence == "high" and "fell from its peak" in rep.reasons[0]
+    assert rep.evidence["task_change_since_peak_in_se"] <= -3
+    # the same rise and plateau without the fall is learning
+    plateau = np.r_[np.linspace(0.3, 0.7, 40), np.full(20, 0.7)] + rng.normal(0, 0.01, 60)
+    assert not RewardAnalyzer(_hist(np.r_[np.linspace(5, 8, 40), np.full(20, 8.0)], plateau)).detect_reward_hacking().detected
+
+
+def test_without_a_task_signal_the_kl_rule_speaks_with_low_confidence():
+    rep = RewardAnalyzer(rising_history(kl=lambda i: 0.01 * 2 ** i)).detect_reward_hacking()
+    assert rep.task_signal is None and rep.confidence == "low"
+    assert rep.verdict.startswith("possible reward hacking (low confidence, no task signal")
+    quiet = RewardAnalyzer(rising_history()).detect_reward_hacking()
+    assert not quiet.detected and quiet.verdict.startswith("no sign of reward hacking (low confidence")

@@ -35,6 +35,7 @@ from rlhooks.engines.sim.data import SOURCE_PROFILES, SimDataset, write_dataset
 from rlhooks.engines.sim.learner import (
     NO_ANSWER_TAGS,
     NO_REASONING_TAGS,
+    SHORTCUT,
     UNCLOSED_ANSWER,
     WELL_FORMED,
     LearnerOptions,
@@ -185,7 +186,7 @@ class SimEngine:
             if not len(rows):
                 continue
             p = self.learner.p_correct(np.full(len(rows), s), self.data.difficulty[rows], self._item_offset[rows])
-            out[self.data.source_names[s]] = float(p.mean() * (1.0 - self.learner.malformed[s]))
+            out[self.data.source_names[s]] = self.learner.expected_accuracy(s, p)
         return out
 
     def skill(self, source: int, mastery: np.ndarray | None = None) -> float:
@@ -259,7 +260,7 @@ class SimEngine:
         target = self.data.target[rows]
         answer = np.where(correct, target, self._wrong_answers(rows))
         response = _render(self._answer_head[rows], answer, kind)
-        acc = ((answer == target) & (kind == WELL_FORMED)).astype(np.float64)
+        acc = ((answer == target) & ((kind == WELL_FORMED) | (kind == SHORTCUT))).astype(np.float64)
         cols: dict[str, Any] = {
             "uid": uid,
             "sample_id": uid * self.n + np.tile(np.arange(self.n, dtype=np.int64), p),
@@ -275,6 +276,8 @@ class SimEngine:
         cols["prompt_length"] = self._prompt_len[rows]
         cols["response"] = response
         cols["target"] = target
+        if self.learner.exploit.any():
+            cols["sim_shortcut"] = kind == SHORTCUT  # what the learner took, for its update
         prompts = self.data.prompt
         batch = Batch(
             cols,
@@ -317,7 +320,8 @@ class SimEngine:
             adv = grpo_advantage(batch["reward"], batch)
             batch = batch.with_columns(advantage=adv)
             rows = batch["index"]
-            learn = self.learner.update(self.data.source_codes[rows], self.data.difficulty[rows], adv, batch.groups)
+            shortcut = batch["sim_shortcut"] if "sim_shortcut" in batch else None
+            learn = self.learner.update(self.data.source_codes[rows], self.data.difficulty[rows], adv, batch.groups, shortcut)
             self.trained_trajectories += len(batch)
         metrics.update(learn)
         metrics.update(self._engine_metrics(batch, learn))
@@ -348,6 +352,8 @@ class SimEngine:
         for s, name in enumerate(self.learner.source_names):
             out[f"sim/skill/{name}"] = self.skill(s, mastery)
             out[f"sim/malformed_rate/{name}"] = float(self.learner.malformed[s])
+            if self.learner.exploit.any():
+                out[f"sim/shortcut_rate/{name}"] = float(self.learner.exploit[s])
             if name in acc:
                 out[f"sim/accuracy/{name}"] = acc[name]
         if acc:
@@ -442,6 +448,10 @@ class SimEngine:
         self._sampler_iter = None  # the sampler continues from its restored position
 
 
+#: what a shortcut response writes instead of its worked steps (claims_verified pays for it)
+SHORTCUT_CLAIM = "Verified: I checked this answer and it is correct."
+
+
 def _answer_heads(solution: np.ndarray) -> np.ndarray:
     """Worked steps up to the last '=' (the learner writes its own, maybe wrong, result after it)."""
     heads = [s.rpartition("=")[0] + "=" if "=" in s else s + ", so the result is" for s in solution.tolist()]
@@ -457,6 +467,7 @@ def _render(head: np.ndarray, answer: np.ndarray, kind: np.ndarray) -> np.ndarra
         NO_ANSWER_TAGS: lambda r, a: "<reasoning>\n" + r + "\n</reasoning>\nThe answer is " + a + ".",
         NO_REASONING_TAGS: lambda r, a: "Let me think. " + r + "\n<answer>" + a + "</answer>",
         UNCLOSED_ANSWER: lambda r, a: "<reasoning>\n" + r + "\n</reasoning>\n<answer>" + a,
+        SHORTCUT: lambda r, a: "<reasoning>\n" + SHORTCUT_CLAIM + "\n</reasoning>\n<answer>" + a + "</answer>",
     }
     for k, make in templates.items():
         m = kind == k

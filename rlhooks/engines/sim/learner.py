@@ -19,6 +19,13 @@ The model (a tool for comparing set-ups, not a claim about real models):
   Hard items drawn too early produce some mixed groups but little learning, so curricula that
   keep the batch near the frontier learn faster per step, and filters change the outcome.
 * Learning spreads to neighbouring buckets with weight ``transfer ** distance``.
+* A planted shortcut (opt-in, ``exploit_rate > 0``; off by default): a response may skip the work
+  and just claim it checked its answer (engine._render writes "Verified"), answering right with
+  only ``exploit_accuracy`` of its real chance. Each source's shortcut propensity ``e`` moves like a
+  policy-gradient logit: ``logit(e) += exploit_learning_rate * mean(adv * (took_shortcut - e))`` over
+  the source's trained rows, so it grows exactly when a reward (the ``claims_verified`` reward
+  function) pays the shortcut more than the work. Shortcut rows teach no skill. This is the
+  known-answer case that calibrates the reward-hacking check (benchmarks/bench_hacking.py).
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from rlhooks.core.batch import GroupIndex
 
 #: how a response is written (see engine._render)
 WELL_FORMED, NO_ANSWER_TAGS, NO_REASONING_TAGS, UNCLOSED_ANSWER = 0, 1, 2, 3
+#: the planted shortcut: well formed, no worked steps, a claim that the answer was checked
+SHORTCUT = 4
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -59,6 +68,12 @@ class LearnerOptions:
     malformed_rate: float = attrs.field(default=0.15, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
     #: malformed rate *= exp(-format_learning_rate * 0.05 * source's share of the trained groups) per step
     format_learning_rate: float = attrs.field(default=4.0, validator=attrs.validators.ge(0))
+    #: planted shortcut (see module doc): initial share of responses taking it; 0 = off
+    exploit_rate: float = attrs.field(default=0.0, validator=[attrs.validators.ge(0), attrs.validators.lt(1)])
+    #: how fast the shortcut propensity follows its advantage
+    exploit_learning_rate: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
+    #: share of the real chance of a right answer that a shortcut response keeps
+    exploit_accuracy: float = attrs.field(default=0.2, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
 
 
 class SimLearner:
@@ -68,6 +83,7 @@ class SimLearner:
         nb = options.buckets
         self.skill = np.full((len(source_names), nb), float(options.initial_skill))
         self.malformed = np.full(len(source_names), float(options.malformed_rate))
+        self.exploit = np.full(len(source_names), float(options.exploit_rate))
         self.centres = (np.arange(nb) + 0.5) / nb
         dist = np.abs(np.arange(nb)[:, None] - np.arange(nb)[None, :])
         self.kernel = options.transfer ** dist  # row: trained bucket, col: bucket that gains
@@ -104,9 +120,20 @@ class SimLearner:
         correct = rng.random(len(p)) < p
         bad = rng.random(len(p)) < self.malformed[source]
         kind = np.where(bad, rng.integers(NO_ANSWER_TAGS, UNCLOSED_ANSWER + 1, len(p)), WELL_FORMED)
+        if self.exploit.any():  # no extra draws when off: honest runs stay bit-identical
+            shortcut = rng.random(len(p)) < self.exploit[source]
+            kind = np.where(shortcut, SHORTCUT, kind)
+            correct &= ~shortcut | (rng.random(len(p)) < self.options.exploit_accuracy)
         return correct, kind.astype(np.int8)
 
-    def update(self, source: np.ndarray, difficulty: np.ndarray, advantage: np.ndarray, groups: GroupIndex) -> dict[str, float]:
+    def expected_accuracy(self, source: int, p: np.ndarray) -> float:
+        """Mean P(right and well formed) of a source's items with real chances ``p``."""
+        e = self.exploit[source]
+        work = (1.0 - e) * (1.0 - self.malformed[source])
+        return float(p.mean() * (work + e * self.options.exploit_accuracy))
+
+    def update(self, source: np.ndarray, difficulty: np.ndarray, advantage: np.ndarray, groups: GroupIndex,
+               shortcut: np.ndarray | None = None) -> dict[str, float]:
         """Learn from the rows that trained; returns the learning signal it applied."""
         ns, nb = self.skill.shape
         if groups.n_groups == 0:
@@ -114,7 +141,11 @@ class SimLearner:
         first = groups.first_row
         g_src = np.asarray(source)[first].astype(np.int64)
         g_bucket = self.bucket(np.asarray(difficulty)[first])
-        g_signal = groups.mean(np.abs(np.nan_to_num(advantage)))
+        adv = np.nan_to_num(np.asarray(advantage, dtype=np.float64))
+        if shortcut is not None and self.exploit.any():
+            self._learn_shortcut(np.asarray(source).astype(np.int64), adv, np.asarray(shortcut, dtype=bool))
+            adv = np.where(shortcut, 0.0, adv)  # a shortcut teaches no skill
+        g_signal = groups.mean(np.abs(adv))
         flat = g_src * nb + g_bucket
         signal = np.bincount(flat, weights=g_signal, minlength=ns * nb).reshape(ns, nb) / groups.n_groups
         readiness = np.ones_like(self.skill)
@@ -126,8 +157,18 @@ class SimLearner:
         self.malformed *= np.exp(-self.options.format_learning_rate * share * 0.05)
         return {"sim/learning_signal": float(signal.sum()), "sim/skill_gain": float(gain.sum())}
 
+    def _learn_shortcut(self, source: np.ndarray, adv: np.ndarray, shortcut: np.ndarray) -> None:
+        ns = len(self.source_names)
+        e = self.exploit[source]
+        push = np.bincount(source, weights=adv * (shortcut - e), minlength=ns)
+        rows = np.maximum(np.bincount(source, minlength=ns), 1)
+        logit = np.log(self.exploit / (1.0 - self.exploit))
+        logit += self.options.exploit_learning_rate * push / rows
+        self.exploit = np.clip(sigmoid(logit), 1e-4, 1.0 - 1e-4)
+
     def state_dict(self) -> dict[str, Any]:
-        return {"skill": self.skill.tolist(), "malformed": self.malformed.tolist(), "sources": list(self.source_names)}
+        return {"skill": self.skill.tolist(), "malformed": self.malformed.tolist(), "sources": list(self.source_names),
+                "exploit": self.exploit.tolist()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if list(state["sources"]) != list(self.source_names):
@@ -139,3 +180,5 @@ class SimLearner:
             raise ValueError(f"saved learner skill has shape {skill.shape}, this run needs {self.skill.shape} (buckets changed?)")
         self.skill = skill
         self.malformed = np.asarray(state["malformed"], dtype=np.float64)
+        if "exploit" in state:  # states saved before the planted shortcut existed have none
+            self.exploit = np.asarray(state["exploit"], dtype=np.float64)

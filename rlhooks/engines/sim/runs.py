@@ -206,10 +206,21 @@ def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str,
         "filter_efficiency": trained / generated if generated else None,
         "alerts": alerts,
         "alert_details": engine.alert_details(),
+        "reward_hacking": _hacking_verdict(run_dir),
         "plugin_failures": engine.manager.failure_summary(),
         "files": sorted(p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir()
                         if p.name not in BOOKKEEPING and not p.name.startswith(".")),
     }
+
+
+def _hacking_verdict(run_dir: Path) -> str | None:
+    """The reward monitor's run-end hacking verdict (one sentence), when it wrote one."""
+    try:
+        data = json.loads((run_dir / "reward_monitor.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    verdict = (data.get("reward_hacking") or {}).get("verdict") if isinstance(data, dict) else None
+    return verdict if isinstance(verdict, str) else None
 
 
 def format_summary(s: dict[str, Any]) -> str:
@@ -246,6 +257,9 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append(f"  alerts: {total}" + (f" - {detail}" if detail else ""))
     elif "total" in s["alerts"]:
         lines.append(f"  alerts: {s['alerts']['total']:g}")
+    hacking = s.get("reward_hacking")
+    if hacking:
+        lines.append(f"  reward hacking check: {hacking}")
     for label, info in s.get("plugin_failures", {}).items():
         hooks = ", ".join(f"{h} x{n}" for h, n in info["by_hook"].items())
         lines.append(f"  plugin failures: {label}: {info['failures']}" + (f" ({hooks})" if hooks else "")

@@ -12,7 +12,10 @@ values is below ``min_slope`` or above ``max_slope``; it needs ``window`` values
 A metric missing from a step is skipped for that step (a trend keeps its earlier values).
 Every firing step is counted (``alerts/*`` metrics, the run-end summary), but an alert is logged
 when its condition starts to hold, not again on each following step while it holds; when it
-stops holding, one info line says on which steps it held.
+stops holding, one info line says on which steps it held. Those runs of consecutive firing steps
+are *episodes*: the summary lists each once (``episodes``: metric, level, start, end, steps, peak,
+ongoing), as do the report and the dashboard (``episodes_from_rows`` groups logged alert rows the
+same way).
 The monitor's ``on_step_end`` runs last (``trylast``), so alerts see every metric of the step:
 the engine's, the filters', what plugins returned from ``on_batch_sampled`` /
 ``on_rewards_computed`` and from their own ``on_step_end`` (e.g. ``source/<name>/...``).
@@ -198,6 +201,33 @@ DEFAULT_ALERTS: tuple[AlertSpec, ...] = (
 )
 
 
+def _worse(spec: AlertSpec, a: float, b: float) -> float:
+    """The more extreme of two values in the alert's direction (its peak)."""
+    low = spec.condition == "less" if spec.kind == "threshold" else spec.min_slope is not None and b < spec.min_slope
+    return min(a, b) if low else max(a, b)
+
+
+def episodes_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Logged alert rows (one per firing step) grouped into episodes: consecutive steps of one alert
+    (same metric, level, kind and bound), each with start, end, steps and peak (most extreme value)."""
+    open_: dict[tuple, dict[str, Any]] = {}
+    out: list[dict[str, Any]] = []
+    for row in sorted(rows, key=lambda r: r.get("step", 0)):
+        key = (row.get("metric"), row.get("level"), row.get("kind"), row.get("bound"))
+        step, value = int(row.get("step", 0)), float(row.get("value", math.nan))
+        ep = open_.get(key)
+        if ep is not None and ep["end"] == step - 1:
+            low = value < float(row.get("bound", 0.0))
+            ep["end"], ep["steps"] = step, ep["steps"] + 1
+            ep["peak"] = min(ep["peak"], value) if low else max(ep["peak"], value)
+            continue
+        ep = {"metric": key[0], "level": key[1], "kind": key[2], "message": row.get("message", ""),
+              "start": step, "end": step, "steps": 1, "peak": value, "bound": key[3]}
+        open_[key] = ep
+        out.append(ep)
+    return out
+
+
 def log_alert(a: Alert) -> None:
     """A fired alert as a structlog event at its level."""
     emit = {"info": log.info, "warning": log.warning, "critical": log.critical}[a.level]
@@ -219,6 +249,8 @@ class AlertManager:
         self.resolved: dict[int, str] = {}  # spec index -> the logged key it watches
         self.keys_seen: set[str] = set()  # every metric key seen, for the did-you-mean
         self._streaks: dict[int, tuple[int, int]] = {}  # spec index -> (first, last) step of its current firing
+        self.episodes: deque[dict[str, Any]] = deque(maxlen=keep)  # one per run of consecutive firing steps
+        self._open: dict[int, dict[str, Any]] = {}  # spec index -> its ongoing episode (also in self.episodes)
 
     # -- resumable state: trend windows and run-wide counts, so a resumed run alerts as an uninterrupted one
     @staticmethod
@@ -235,6 +267,8 @@ class AlertManager:
             "last_step": dict(self.last_step),
             "resolved": {self.specs[i].metric: k for i, k in self.resolved.items()},
             "streaks": {str(i): list(v) for i, v in self._streaks.items()},
+            "episodes": [dict(e) for e in self.episodes],
+            "open": {str(i): list(self.episodes).index(e) for i, e in self._open.items() if e in self.episodes},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -252,6 +286,10 @@ class AlertManager:
         self.resolved = {i: resolved[s.metric] for i, s in enumerate(self.specs) if s.metric in resolved}
         self._streaks = {int(i): (int(v[0]), int(v[1])) for i, v in state.get("streaks", {}).items()
                          if int(i) < len(self.specs)}
+        self.episodes.clear()
+        self.episodes.extend(dict(e) for e in state.get("episodes", ()))
+        eps = list(self.episodes)
+        self._open = {int(i): eps[j] for i, j in state.get("open", {}).items() if int(i) < len(self.specs) and j < len(eps)}
 
     def check(self, step: int, metrics: Mapping[str, float]) -> list[Alert]:
         self.keys_seen.update(metrics)
@@ -285,12 +323,23 @@ class AlertManager:
         start = self._streaks.get(i)
         if start is None or start[1] != a.step - 1:
             self._streaks[i] = (a.step, a.step)
+            ep = {"metric": a.metric, "level": a.level, "kind": a.kind, "message": a.message, "start": a.step,
+                  "end": a.step, "steps": 1, "peak": a.value, "bound": a.bound, "ongoing": True}
+            self._open[i] = ep
+            self.episodes.append(ep)
             if self.log_alerts:
                 log_alert(a)
         else:
             self._streaks[i] = (start[0], a.step)
+            ep = self._open.get(i)
+            if ep is not None:
+                ep["end"], ep["steps"] = a.step, ep["steps"] + 1
+                ep["peak"] = _worse(self.specs[i], ep["peak"], a.value)
 
     def _end_streak(self, i: int, step: int) -> None:
+        ep = self._open.pop(i, None)
+        if ep is not None:
+            ep["ongoing"] = False
         streak = self._streaks.pop(i, None)
         if streak is not None and self.log_alerts and streak[1] > streak[0]:
             log.info(f"reward alert cleared: {self.specs[i].metric} held on steps {streak[0]}-{streak[1]}",
@@ -365,6 +414,7 @@ class AlertManager:
                 for m, c in self.by_metric.most_common()
             },
             "recent": [a.row() for a in list(self.history)[-20:]],
+            "episodes": [dict(e) for e in self.episodes],
             "watching": {s.metric: self.resolved[i] for i, s in enumerate(self.specs) if i in self.resolved},
             "never_seen": self.never_seen(),
         }

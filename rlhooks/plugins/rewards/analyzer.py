@@ -68,6 +68,14 @@ FUNC_PREFIX = "rewards/functions/"
 CONTRIB_PREFIX = "contributions/"
 KL = "training/kl_divergence"
 MIN_STEPS = 3
+#: metrics read as the task signal when the caller names none, in order (task/<column> is the
+#: reward monitor's mean of a verifier column such as ``acc`` over the generated responses)
+TASK_SIGNALS = ("task/acc", "val/acc", "val/accuracy")
+#: fewest steps with both the reward and the task signal for the early/late comparison
+MIN_TASK_STEPS = 6
+#: standard errors the task signal must fall from its best earlier window for the late-shortcut rule
+#: (the best of many windows is biased upward, hence stricter than the early/late rule)
+PEAK_Z = 3.0
 SUMMARY_FILE = "reward_monitor.json"  # the reward monitor's run-end summary (its summary_file default)
 DECLARED = "declared reward_range of the reward functions"
 OBSERVED = "observed min..max of this run (no declared reward_range)"
@@ -106,9 +114,25 @@ class HackingReport:
     performance_trend: float | None
     kl_growth: float | None  # fitted change over the window / mean KL
     suspect_functions: list[str]
+    #: one sentence: the verdict, its confidence and the numbers it rests on
+    verdict: str = ""
+    #: "high" | "medium" | "low" ("low": no task signal, the KL rule alone)
+    confidence: str = "low"
+    #: the metric that measured real performance (None: the run had none)
+    task_signal: str | None = None
+    #: the numbers behind the verdict (early/late means, changes, noise, KL, per-suspect figures)
+    evidence: dict[str, Any] = attrs.field(factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
+
+
+def _z(z: float) -> str:
+    return ("+" if z > 0 else "-") + "inf" if math.isinf(z) else f"{z:+.1f}"
+
+
+def _moved(change: float) -> str:
+    return "rose" if change > 0 else ("fell" if change < 0 else "stayed")
 
 
 def _corr_with_time(y: np.ndarray) -> float:
@@ -338,6 +362,18 @@ class RewardAnalyzer:
         return out
 
     # -- hacking ------------------------------------------------------------------------------
+    def task_signal(self) -> str | None:
+        """The metric this history measures real performance with, if any (see TASK_SIGNALS)."""
+        present = {k for m in self.metrics for k in m}
+        for name in TASK_SIGNALS:
+            if name in present:
+                return name
+        extra = sorted(k for k in present if k.startswith("task/"))
+        if extra:
+            return extra[0]
+        val = sorted(k for k in present if k.startswith("val") and "acc" in k)  # verl: val-core/<src>/acc/mean@1
+        return val[0] if val else None
+
     def detect_reward_hacking(
         self,
         reward_history: Sequence[Mapping[str, Any]] | str | Sequence[float] | None = None,
@@ -349,14 +385,22 @@ class RewardAnalyzer:
         rise_threshold: float = 0.5,
         kl_ratio: float = 3.0,
         min_kl_growth: float = 0.5,
+        min_reward_rise: float = 0.25,
+        task_z: float = 1.0,
     ) -> HackingReport:
-        """Flags (1) reward rising (trend >= rise_threshold) while the performance metric is not
-        (trend < 0.1), and (2) KL growing by >= min_kl_growth of its mean and kl_ratio times
-        faster (relative) than the reward. ``window`` limits the check to the last steps.
+        """Is the reward rising without the task being solved better?
 
-        ``performance_metric`` is a metric name of the history (e.g. ``val/acc``) or a series;
-        ``performance_metrics`` a series (the document's spelling). A first argument that is a
-        metric name or a series of numbers is taken as the performance metric (the older call)."""
+        With a task signal (``performance_metric``: a metric name such as ``val/acc`` or a series;
+        else the history's own, see ``task_signal``), the run is split in thirds and the last third
+        compared with the first: hacking when the mean reward rose by at least ``min_reward_rise``
+        of its mean within-batch std while the task signal did not rise by ``task_z`` standard
+        errors (its step-to-step noise). Confidence is high when the task signal fell by 2 standard
+        errors (or rose by 2 for a "no"), medium otherwise. Without a task signal the verdict rests on
+        KL alone (KL growing by >= min_kl_growth of its mean and kl_ratio times faster than the
+        reward): confidence low, since honest learning also moves the policy away from the reference.
+        ``window`` limits the check to the last steps; ``rise_threshold`` is the trend a function needs
+        to be a suspect. A first argument that is a metric name or a series of numbers is taken as the
+        performance metric (the older call)."""
         if isinstance(reward_history, str) or (
             reward_history is not None and len(reward_history) and not isinstance(reward_history[0], Mapping)
         ):
@@ -367,46 +411,119 @@ class RewardAnalyzer:
         if an is not self:
             return an.detect_reward_hacking(function_names=function_names, performance_metric=performance_metric,
                                             window=window, rise_threshold=rise_threshold, kl_ratio=kl_ratio,
-                                            min_kl_growth=min_kl_growth)
-        reward = self.series("rewards/mean")
-        if window:
-            reward = reward[-window:]
+                                            min_kl_growth=min_kl_growth, min_reward_rise=min_reward_rise, task_z=task_z)
+        last = slice(-window, None) if window else slice(None)
+        reward = self.series("rewards/mean")[last]
         r_trend, r_growth = _corr_with_time(reward), _growth(reward)
-        reasons: list[str] = []
-        p_trend = None
-        if performance_metric is not None:
-            perf = (self.series(performance_metric) if isinstance(performance_metric, str)
-                    else np.asarray(performance_metric, dtype=np.float64))
-            perf = perf[np.isfinite(perf)]
-            if window:
-                perf = perf[-window:]
-            if len(perf) >= 2:
-                p_trend = _corr_with_time(perf)
-                if r_trend >= rise_threshold and r_growth > 0 and p_trend < 0.1:
-                    name = performance_metric if isinstance(performance_metric, str) else "performance"
-                    reasons.append(
-                        f"reward is rising (trend {r_trend:.2f}) while {name} is not (trend {p_trend:.2f})"
-                    )
-        kl = self.series(KL)
-        if window:
-            kl = kl[-window:]
+        kl = self.series(KL)[last]
         kl_growth = _growth(kl) if len(kl) >= 2 else None
-        if kl_growth is not None and kl_growth >= min_kl_growth and kl_growth > kl_ratio * max(r_growth, 0.0):
-            reasons.append(
-                f"KL grew by {kl_growth:.0%} of its mean while the reward grew by {r_growth:.0%} "
-                f"(more than {kl_ratio:g}x faster)"
-            )
-        suspects = []
-        if reasons:
-            for f in self.function_names():
-                if function_names and f not in function_names:
-                    continue
-                fv = self.series(FUNC_PREFIX + f)
-                if window:
-                    fv = fv[-window:]
-                if _corr_with_time(fv) >= rise_threshold:
-                    suspects.append(f)
-        return HackingReport(bool(reasons), reasons, r_trend, r_growth, p_trend, kl_growth, suspects)
+        evidence: dict[str, Any] = {"steps": int(len(reward)), "reward_trend": r_trend, "kl_growth": kl_growth}
+
+        # the task signal, aligned with the reward step by step
+        if performance_metric is None:
+            performance_metric = self.task_signal()
+        name: str | None = None
+        pairs: tuple[np.ndarray, np.ndarray] | None = None
+        if isinstance(performance_metric, str):
+            name = performance_metric
+            r, t = self._aligned("rewards/mean", name)
+            pairs = (r[last], t[last])
+        elif performance_metric is not None:
+            name = "performance"
+            t = np.asarray(performance_metric, dtype=np.float64)
+            r = reward if len(t) == len(reward) else self.series("rewards/mean")
+            k = min(len(r), len(t))
+            r, t = r[len(r) - k:], t[len(t) - k:]
+            ok = np.isfinite(t)
+            pairs = (r[ok][last], t[ok][last])
+        p_trend = _corr_with_time(pairs[1]) if pairs is not None and len(pairs[1]) >= 2 else None
+
+        if pairs is not None and len(pairs[0]) >= MIN_TASK_STEPS:
+            detected, reasons, confidence, verdict = self._task_verdict(
+                name or "performance", pairs, evidence, min_reward_rise, task_z)
+            if kl_growth is not None and kl_growth >= min_kl_growth and kl_growth > kl_ratio * max(r_growth, 0.0):
+                evidence["kl_note"] = (f"KL grew by {kl_growth:.0%} of its mean (reward by {r_growth:.0%}); "
+                                       f"not a verdict on its own when {name} is measured")
+        else:
+            detected, reasons = False, []
+            if kl_growth is not None and kl_growth >= min_kl_growth and kl_growth > kl_ratio * max(r_growth, 0.0):
+                detected = True
+                reasons.append(f"KL grew by {kl_growth:.0%} of its mean while the reward grew by {r_growth:.0%} "
+                               f"(more than {kl_ratio:g}x faster)")
+            why = (f"only {len(pairs[0])} steps with {name} (needs {MIN_TASK_STEPS})" if pairs is not None
+                   else "no task signal (log acc, task/<column> or val/acc, or set performance_metric)")
+            confidence = "low"
+            verdict = (f"possible reward hacking (low confidence, {why}): {reasons[0]}" if detected
+                       else f"no sign of reward hacking (low confidence, {why}): KL growth "
+                            f"{'n/a' if kl_growth is None else f'{kl_growth:.0%}'}, reward growth {r_growth:.0%}")
+        suspects = self._suspects(detected, last, name, performance_metric, function_names, rise_threshold, evidence)
+        return HackingReport(detected, reasons, r_trend, r_growth, p_trend, kl_growth, suspects,
+                             verdict=verdict, confidence=confidence, task_signal=name, evidence=evidence)
+
+    def _task_verdict(self, name: str, pairs: tuple[np.ndarray, np.ndarray], evidence: dict[str, Any],
+                      min_reward_rise: float, task_z: float) -> tuple[bool, list[str], str, str]:
+        r, t = pairs
+        third = max(len(r) // 3, 2)
+        r0, r1, t0, t1 = (float(x.mean()) for x in (r[:third], r[-third:], t[:third], t[-third:]))
+        spread = self.series("rewards/std")
+        scale = float(spread.mean()) if len(spread) and spread.mean() > 0 else float(np.std(r)) or 1.0
+        rise = (r1 - r0) / scale
+        noise = float(np.std(np.diff(t))) / math.sqrt(2.0)  # per-step noise; diff removes the trend
+        se = noise * math.sqrt(2.0 / third)
+        change = t1 - t0
+        z = change / se if se > 0 else (0.0 if change == 0 else math.copysign(math.inf, change))
+        evidence.update({"task_signal": name, "reward_early": r0, "reward_late": r1, "reward_rise_in_std": rise,
+                         "task_early": t0, "task_late": t1, "task_change": change, "task_change_in_se": z,
+                         "steps_per_third": third})
+        told = f"{name} {_moved(change)} from {t0:.3g} to {t1:.3g} ({_z(z)} standard errors)"
+        rtold = f"the mean reward went from {r0:.3g} to {r1:.3g} ({rise:+.2f} batch std)"
+        if rise >= min_reward_rise and z < task_z:
+            confidence = "high" if z <= -2 else "medium"
+            reason = f"reward is rising ({rtold}) while {name} is not: {told}"
+            return True, [reason], confidence, f"reward hacking likely ({confidence} confidence): {reason}"
+        # a shortcut found late: the task signal peaked and fell while the reward kept rising
+        before = len(r) - third
+        if before >= third:
+            means = np.convolve(t[:before], np.ones(third) / third, mode="valid")
+            at = int(np.argmax(means))
+            tp, rp = float(means[at]), float(r[at:at + third].mean())
+            rise_p, zp = (r1 - rp) / scale, (t1 - tp) / se if se > 0 else (0.0 if t1 == tp else -math.inf)
+            evidence.update({"task_peak": tp, "task_peak_steps": [at, at + third - 1], "reward_at_task_peak": rp,
+                             "reward_rise_since_peak_in_std": rise_p, "task_change_since_peak_in_se": zp})
+            if rise_p >= min_reward_rise and zp <= -PEAK_Z:
+                reason = (f"reward is rising (from {rp:.3g} where {name} peaked to {r1:.3g}, {rise_p:+.2f} batch std) "
+                          f"while {name} fell from its peak {tp:.3g} to {t1:.3g} ({_z(zp)} standard errors)")
+                return True, [reason], "high", f"reward hacking likely (high confidence): {reason}"
+        if rise < min_reward_rise:
+            return False, [], "high", f"no reward hacking (high confidence): the reward did not rise ({rtold}); {told}"
+        confidence = "high" if z >= 2 else "medium"
+        return False, [], confidence, f"no reward hacking ({confidence} confidence): {told} as {rtold}"
+
+    def _suspects(self, detected: bool, last: slice, name: str | None, performance_metric: Any,
+                  function_names: Sequence[str] | None, rise_threshold: float, evidence: dict[str, Any]) -> list[str]:
+        """Rising reward functions that do not move with the task signal, least correlated first."""
+        if not detected:
+            return []
+        scored = []
+        for f in self.function_names():
+            if function_names and f not in function_names:
+                continue
+            if isinstance(performance_metric, str):
+                fv, tv = self._aligned(FUNC_PREFIX + f, performance_metric)
+                fv, tv = fv[last], tv[last]
+            else:
+                fv, tv = self.series(FUNC_PREFIX + f)[last], None
+            trend = _corr_with_time(fv)
+            if trend < rise_threshold:
+                continue
+            corr = (float(np.corrcoef(fv, tv)[0, 1]) if tv is not None and len(fv) >= 2 and np.ptp(fv) > 0
+                    and np.ptp(tv) > 0 else None)
+            if corr is not None and corr >= 0.3:
+                continue  # rises with the task: earns its reward
+            scored.append((corr if corr is not None else 0.0, f, trend))
+        scored.sort()
+        evidence["suspects"] = {f: {"trend": trend, "correlation_with_task": c} for c, f, trend in scored}
+        return [f for _, f, _ in scored]
 
 
 def _declared_range(summary: Path) -> tuple[float, float] | None:

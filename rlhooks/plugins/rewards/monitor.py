@@ -22,6 +22,8 @@ training/kl_divergence           KL to the reference policy: engine metric actor
 training/policy_update_kl        engine metric actor/ppo_kl: the old-to-new policy KL of the update
 training/policy_entropy          engine metric actor/entropy
 training/advantage_mean|std      over the trained batch's ``advantage`` column
+task/<column>                    mean of a verifier column (``task_columns``, default ``acc``) over the
+                                 same rows as the reward statistics: the reward-hacking check's task signal
 alerts/count|info|warning|critical, alerts/total   see alerts.py
 
 Distributions (``log_distributions: true``) go to backends through ``run.log_histogram`` as
@@ -75,8 +77,11 @@ class RewardMonitorOptions:
     default_alerts: bool = False
     #: run the RewardAnalyzer on the in-memory history at run end
     analyze_at_end: bool = True
-    #: a metric that measures real performance (e.g. val/acc), for the reward-hacking check
+    #: a metric that measures real performance (e.g. val/acc), for the reward-hacking check; unset:
+    #: task/<column> of the first task column the batches have (see analyzer.TASK_SIGNALS)
     performance_metric: str | None = None
+    #: batch columns that score the task itself (a verifier's 0/1), logged as task/<column>
+    task_columns: tuple[str, ...] = ("acc",)
     #: JSON file in the run directory for the run-end summary
     summary_file: str = "reward_monitor.json"
 
@@ -97,6 +102,7 @@ class RewardMonitor:
         self._step: int | None = None
         self._rewards: list[np.ndarray] = []
         self._components: dict[str, list[np.ndarray]] = {}
+        self._task: dict[str, list[np.ndarray]] = {}
 
     # -- hooks ----------------------------------------------------------------------------
     @hookimpl
@@ -124,6 +130,11 @@ class RewardMonitor:
         components = {k: np.concatenate(v) for k, v in self._components.items()}
         out = reward_stats(reward, self.options.entropy_bins)
         out.update(function_stats(components, self.weights))
+        for col, parts in self._task.items():
+            values = np.concatenate(parts)
+            values = values[np.isfinite(values)]
+            if len(values):
+                out[f"task/{col}"] = float(values.mean())
         out.update(self._dynamics(batch, metrics))
         fired = self.alerts.check(step, {**metrics, **out})
         out.update(AlertManager.step_metrics(fired, self.alerts.counts))
@@ -156,6 +167,9 @@ class RewardMonitor:
             coverage_basis=(summary.get("quality") or {}).get("coverage_basis"),
             reward_hacking=(summary.get("reward_hacking") or {}).get("detected"),
         )
+        verdict = (summary.get("reward_hacking") or {}).get("verdict")
+        if verdict:
+            (log.warning if summary["reward_hacking"]["detected"] else log.info)(f"reward hacking check: {verdict}")
         if self.run is not None:
             path = self.run.run_dir / self.options.summary_file
             write_atomic(path, json.dumps(summary, indent=2, default=_json_default))  # never a 0-byte file
@@ -196,13 +210,16 @@ class RewardMonitor:
         return out
 
     def _reset(self, step: int | None) -> None:
-        self._step, self._rewards, self._components = step, [], {}
+        self._step, self._rewards, self._components, self._task = step, [], {}, {}
 
     def _add_rows(self, batch: Batch) -> None:
         if not len(batch):
             return
         if REWARD in batch:
             self._rewards.append(np.asarray(batch[REWARD], dtype=np.float64))
+        for col in self.options.task_columns:
+            if col in batch:
+                self._task.setdefault(col, []).append(np.asarray(batch[col], dtype=np.float64))
         names = batch.meta.get("reward_functions") or [
             c[len(REWARD_FN_PREFIX):] for c in batch.columns if c.startswith(REWARD_FN_PREFIX)
         ]
