@@ -257,7 +257,8 @@ class SimDataset:
                 f"{origin}: {len(missing)} rows have no answer (first at row {int(missing[0])}); every row needs "
                 "reward_model.ground_truth (or answer)"
             )
-        target = target.astype(str).astype(object)
+        if not (pa.types.is_string(target_col.type) or pa.types.is_large_string(target_col.type)):
+            target = target.astype(str).astype(object)  # numbers as text (fixed width: never for long strings)
         if solution is None:
             solution = np.full(len(prompt), "Working through the problem step by step", dtype=object)
         else:

@@ -65,6 +65,10 @@ class SimOptions:
     target_accuracy: float = attrs.field(default=0.8, validator=[attrs.validators.gt(0), attrs.validators.le(1)])
     #: items per source used to measure sim/accuracy (a fixed random subset; all when fewer)
     eval_items: int = attrs.field(default=2048, validator=[attrs.validators.gt(0), attrs.validators.le(10_000_000)])
+    #: longest response in tokens (~4 characters each), as verl's ``data.max_response_length``: a
+    #: rollout stops there, so an answer longer than that is never written in full (and is wrong)
+    max_response_length: int = attrs.field(default=1024, validator=[attrs.validators.gt(0),
+                                                                     attrs.validators.le(1_000_000)])
     learner: LearnerOptions = attrs.field(factory=LearnerOptions)
 
     @sources.validator
@@ -165,6 +169,7 @@ class SimEngine:
         self._bucket_share = np.stack([
             np.bincount(self.learner.bucket(data.difficulty[rows]), minlength=nb) / max(len(rows), 1) for rows in self._eval
         ])
+        self._max_chars = 4 * self.options.max_response_length  # response_length counts ~4 chars a token
         self._prompt_len = np.fromiter(map(len, data.prompt.tolist()), np.int64, len(data)) // 4 + 1
 
     # -- helpers ------------------------------------------------------------------------
@@ -259,8 +264,9 @@ class SimEngine:
         correct, kind = self.learner.respond(src, self.data.difficulty[rows], self.rng, self._item_offset[rows])
         target = self.data.target[rows]
         answer = np.where(correct, target, self._wrong_answers(rows))
-        response = _render(self._answer_head[rows], answer, kind)
-        acc = ((answer == target) & ((kind == WELL_FORMED) | (kind == SHORTCUT))).astype(np.float64)
+        answer, _ = _cut(answer, self._max_chars)  # bounds the rendering's cost too
+        response, cut = _cut(_render(self._answer_head[rows], answer, kind), self._max_chars)
+        acc = ((answer == target) & ((kind == WELL_FORMED) | (kind == SHORTCUT)) & ~cut).astype(np.float64)
         cols: dict[str, Any] = {
             "uid": uid,
             "sample_id": uid * self.n + np.tile(np.arange(self.n, dtype=np.int64), p),
@@ -456,6 +462,16 @@ def _answer_heads(solution: np.ndarray) -> np.ndarray:
     """Worked steps up to the last '=' (the learner writes its own, maybe wrong, result after it)."""
     heads = [s.rpartition("=")[0] + "=" if "=" in s else s + ", so the result is" for s in solution.tolist()]
     return np.asarray(heads, dtype=object)
+
+
+def _cut(text: np.ndarray, max_chars: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each string cut to max_chars, and which were cut (a Python loop over the long rows only)."""
+    cut = np.fromiter(map(len, text.tolist()), np.int64, len(text)) > max_chars
+    if not cut.any():
+        return text, cut
+    out = text.copy()
+    out[cut] = [t[:max_chars] for t in text[cut].tolist()]
+    return out, cut
 
 
 def _render(head: np.ndarray, answer: np.ndarray, kind: np.ndarray) -> np.ndarray:

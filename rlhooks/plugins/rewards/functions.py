@@ -168,8 +168,10 @@ def check_numbers(response: str, target: str, **info: Any) -> float:
     a = r.find(ANSWER_START)
     # the first number after the first <answer> (a regex "<answer>.*?number" is quadratic)
     m = _NUMBER.search(r, a + len(ANSWER_START)) if a >= 0 else None
+    if m is None:  # before parsing the target: a long target costs its length
+        return 0.0
     tgt = _as_number(_target(target))
-    if m is None or tgt is None:
+    if tgt is None:
         return 0.0
     guess = _as_number(m.group(0))
     return 1.5 if guess is not None and guess == tgt else 0.0
