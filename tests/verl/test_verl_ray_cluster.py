@@ -75,7 +75,7 @@ def model_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def train(cluster: LocalRayCluster, plugin_site: Path, model_files: dict[str, Path], work: Path,
-          out_dir: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+          out_dir: str, checkpoints: str) -> tuple[subprocess.CompletedProcess[str], dict]:
     """``rlhooks --log-json train`` from ``work/launch`` (the driver's directory) with RAY_ADDRESS set."""
     launch = work / "launch"
     launch.mkdir()
@@ -98,7 +98,7 @@ def train(cluster: LocalRayCluster, plugin_site: Path, model_files: dict[str, Pa
             "algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False},
             "trainer": {"logger": ["console"], "total_training_steps": 2, "total_epochs": 1, "save_freq": 2,
                         "test_freq": -1, "val_before_train": False, "device": "cpu", "n_gpus_per_node": 1,
-                        "experiment_name": NAME, "default_local_dir": str(work / "checkpoints")},
+                        "experiment_name": NAME, "default_local_dir": checkpoints},
         },
     }))
     probe = work / "probe.json"
@@ -128,7 +128,7 @@ def _read_csv_metrics(path: Path) -> dict[int, dict[str, float]]:
 def test_taskrunner_on_a_worker_node_finds_plugins_and_writes_where_the_guide_says(
         cluster, plugin_site, model_files, tmp_path):
     shared = tmp_path / "shared" / "runs"  # an absolute run.out_dir, as the guide asks
-    res, probe = train(cluster, plugin_site, model_files, tmp_path, str(shared))
+    res, probe = train(cluster, plugin_site, model_files, tmp_path, str(shared), str(tmp_path / "checkpoints"))
     output = res.stdout + res.stderr
 
     # Ray placed the TaskRunner on the worker node (the head has no CPU), not where rlhooks train ran
@@ -156,17 +156,22 @@ def test_taskrunner_on_a_worker_node_finds_plugins_and_writes_where_the_guide_sa
 
 
 def test_a_relative_out_dir_on_a_cluster_warns_with_the_absolute_path(cluster, plugin_site, model_files, tmp_path):
-    res, probe = train(cluster, plugin_site, model_files, tmp_path, "runs")
+    res, probe = train(cluster, plugin_site, model_files, tmp_path, "runs", "checkpoints")
     output = res.stdout + res.stderr
     # resolved in the TaskRunner, against the directory its node's `ray start` ran in
     assert probe["cwd"] == str(cluster.nodes["worker"])
     written = Path(probe["cwd"]) / "runs" / NAME
-    warnings = [json.loads(line[line.index("{"):]) for line in output.splitlines()
-                if "rlhooks.run.out_dir is relative" in line and "{" in line]
-    assert warnings, output[-4000:]
-    message = warnings[0]["event"]
-    assert f"the rlhooks run directory is {written} on " in message and f"(Ray node {probe['node_id'][:12]})" in message
-    assert "an absolute path on storage every node can reach" in message
+    checkpoints = Path(probe["cwd"]) / "checkpoints"
+    # JSON lines (rlhooks --log-json reached the TaskRunner), streamed by Ray to the driver's console
+    warnings = {w["event"].split(" ")[0]: w["event"] for w in (json.loads(line[line.index("{"):])
+                for line in output.splitlines() if " is relative (" in line and "{" in line)}
+    assert set(warnings) == {"rlhooks.run.out_dir", "trainer.default_local_dir"}, output[-4000:]
+    node = f" on {probe['ip']} (Ray node {probe['node_id'][:12]})"
+    assert f"the rlhooks run directory is {written}{node}" in warnings["rlhooks.run.out_dir"]
+    assert f"the checkpoint directory (verl's checkpoints, rlhooks.pt) is {checkpoints}{node}" in warnings["trainer.default_local_dir"]
+    assert all("an absolute path on storage every node can reach" in w for w in warnings.values())
     assert (written / "metrics.csv").is_file()
+    assert (checkpoints / "global_step_2" / "rlhooks.pt").is_file()
     assert not (tmp_path / "launch" / "runs").exists()  # not where rlhooks train ran
-    shutil.rmtree(written)  # the run directory this test made in the node's working directory
+    for made in (written.parent, checkpoints):  # what this test made in the node's working directory
+        shutil.rmtree(made)

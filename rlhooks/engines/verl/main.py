@@ -178,7 +178,7 @@ def warn_unshared_paths(config: Any) -> list[str]:
     run = rlhooks_config(config).run
     paths = [(f"{BLOCK}.run.out_dir", run.out_dir, os.path.join(run.out_dir, run.name), "the rlhooks run directory"),
              ("trainer.default_local_dir", str(config.trainer.default_local_dir),
-              str(config.trainer.default_local_dir), "verl's checkpoints with rlhooks.pt")]
+              str(config.trainer.default_local_dir), "the checkpoint directory (verl's checkpoints, rlhooks.pt)")]
     messages = []
     for key, value, target, what in paths:
         if os.path.isabs(os.path.expanduser(value)):
