@@ -30,7 +30,8 @@ def _init_workers_with_standins(self) -> None:
     node_id = context.get_node_id()
     (node,) = [n for n in ray.nodes() if n["NodeID"] == node_id]
     Path(os.environ[PROBE_ENV]).write_text(json.dumps({
-        "node_id": node_id, "head": "node:__internal_head__" in node["Resources"], "pid": os.getpid(), "ip": ray.util.get_node_ip_address(),
+        "node_id": node_id, "head": "node:__internal_head__" in node["Resources"],
+        "pid": os.getpid(), "ip": ray.util.get_node_ip_address(),
         "actor_id": context.get_actor_id(), "cwd": os.getcwd(),
         "trainer": type(self).__name__,
         "env": {k: v for k, v in os.environ.items() if k.startswith("RLHOOKS_")},

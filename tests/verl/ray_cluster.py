@@ -53,14 +53,11 @@ def _node_args(ports: list[int]) -> list[str]:
 
 
 class LocalRayCluster:
-    """A running two-node cluster: ``address``, each node's ``cwd`` (its processes' working directory)
-    and ``temp_dir``, and ``logs()``: the text of every Ray log file (workers' stdout/stderr included)."""
+    """A running two-node cluster: its ``address``, ``root`` (every file of it) and ``nodes``: the
+    directory each node's ``ray start`` ran in (``head``, ``worker``)."""
 
     def __init__(self, root: Path, address: str, nodes: dict[str, Path]):
         self.root, self.address, self.nodes = root, address, nodes
-
-    def logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace") for p in sorted(self.root.rglob("logs/*")) if p.is_file())
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
@@ -112,10 +109,11 @@ def local_ray_cluster(node_env: Mapping[str, str], *, head_cpus: int = 0, worker
             ("worker", ["--address", address, "--num-cpus", str(worker_cpus), *_node_args(ports[2 + NODE_PORTS:])]),
         ):
             nodes[name].mkdir()
-            procs.append(subprocess.Popen(
-                [*RAY_CLI, "start", "--temp-dir", str(root / f"{name}-tmp"), *args], cwd=nodes[name], env=env,
-                start_new_session=True, stdout=open(root / f"{name}.out", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
-            ))
+            with open(root / f"{name}.out", "w") as out:  # the child keeps its own descriptor
+                procs.append(subprocess.Popen(
+                    [*RAY_CLI, "start", "--temp-dir", str(root / f"{name}-tmp"), *args], cwd=nodes[name], env=env,
+                    start_new_session=True, stdout=out, stderr=subprocess.STDOUT,
+                ))
             _wait_until_started(procs[-1], root / f"{name}.out", timeout)
         yield LocalRayCluster(root, address, nodes)
     finally:

@@ -68,10 +68,14 @@ def model_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from transformers import Qwen2Config
 
     root = tmp_path_factory.mktemp("model")
+    # the tokenizer in its own directory: next to a config.json of model_type qwen2, AutoTokenizer would
+    # load a Qwen2Tokenizer over the WordLevel vocabulary (wrong ids)
     make_tokenizer().save_pretrained(root / "tokenizer")
-    Qwen2Config(vocab_size=len(WORDS), hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-                num_attention_heads=1, num_key_value_heads=1, architectures=["Qwen2ForCausalLM"]).save_pretrained(root / "model")
-    return {"model": root / "model", "tokenizer": root / "tokenizer", "data": write_dataset(root / "train.parquet", 24)}
+    model = Qwen2Config(vocab_size=len(WORDS), hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                        num_attention_heads=1, num_key_value_heads=1, architectures=["Qwen2ForCausalLM"])
+    model.save_pretrained(root / "model")
+    return {"model": root / "model", "tokenizer": root / "tokenizer",
+            "data": write_dataset(root / "train.parquet", 24)}
 
 
 def train(cluster: LocalRayCluster, plugin_site: Path, model_files: dict[str, Path], work: Path,
@@ -168,7 +172,8 @@ def test_a_relative_out_dir_on_a_cluster_warns_with_the_absolute_path(cluster, p
     assert set(warnings) == {"rlhooks.run.out_dir", "trainer.default_local_dir"}, output[-4000:]
     node = f" on {probe['ip']} (Ray node {probe['node_id'][:12]})"
     assert f"the rlhooks run directory is {written}{node}" in warnings["rlhooks.run.out_dir"]
-    assert f"the checkpoint directory (verl's checkpoints, rlhooks.pt) is {checkpoints}{node}" in warnings["trainer.default_local_dir"]
+    assert (f"the checkpoint directory (verl's checkpoints, rlhooks.pt) is {checkpoints}{node}"
+            in warnings["trainer.default_local_dir"])
     assert all("an absolute path on storage every node can reach" in w for w in warnings.values())
     assert (written / "metrics.csv").is_file()
     assert (checkpoints / "global_step_2" / "rlhooks.pt").is_file()

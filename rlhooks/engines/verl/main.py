@@ -167,8 +167,8 @@ def warn_unshared_paths(config: Any) -> list[str]:
     """In the TaskRunner, on a Ray cluster of several nodes: a warning for each relative directory it
     writes (``rlhooks.run.out_dir``, verl's ``trainer.default_local_dir``, which holds ``rlhooks.pt``).
 
-    Ray places the TaskRunner on any node with a free CPU, so a relative path lands under the working
-    directory of that node's Ray worker, not where ``rlhooks train`` was started, and a later run (or a
+    Ray places the TaskRunner on any node with a free CPU, so a relative path lands under the directory
+    ``ray start`` ran in on that node, not where ``rlhooks train`` was started, and a later run (or a
     resume) placed elsewhere does not find it. Returns the warnings' messages.
     """
     alive = [n for n in ray.nodes() if n.get("Alive")]
@@ -176,9 +176,10 @@ def warn_unshared_paths(config: Any) -> list[str]:
         return []
     node = f"{ray.util.get_node_ip_address()} (Ray node {ray.get_runtime_context().get_node_id()[:12]})"
     run = rlhooks_config(config).run
+    checkpoints = str(config.trainer.default_local_dir)
     paths = [(f"{BLOCK}.run.out_dir", run.out_dir, os.path.join(run.out_dir, run.name), "the rlhooks run directory"),
-             ("trainer.default_local_dir", str(config.trainer.default_local_dir),
-              str(config.trainer.default_local_dir), "the checkpoint directory (verl's checkpoints, rlhooks.pt)")]
+             ("trainer.default_local_dir", checkpoints, checkpoints,
+              "the checkpoint directory (verl's checkpoints, rlhooks.pt)")]
     messages = []
     for key, value, target, what in paths:
         if os.path.isabs(os.path.expanduser(value)):
