@@ -300,3 +300,18 @@ def test_verl_config_sections_list_matches_verls_own_config():
     from rlhooks.core.config import VERL_CONFIG_SECTIONS
 
     assert set(VERL_CONFIG_SECTIONS) == set(compose_verl_config([]).keys())
+
+
+def test_rlhooks_environment_reaches_ray_workers_through_runtime_env():
+    """On a cluster started with `ray start`, the TaskRunner and workers inherit the nodes' environment,
+    not the driver's: `run` puts the driver's RLHOOKS_* variables into runtime_env env_vars, which verl's
+    run_ppo merges into ray.init's; a value the config sets itself wins."""
+    from omegaconf import OmegaConf
+
+    from rlhooks.engines.verl.main import forward_rlhooks_env
+
+    cfg = compose_verl_config(["+ray_kwargs.ray_init.runtime_env.env_vars.RLHOOKS_TRACE=0"])
+    added = forward_rlhooks_env(cfg, {"RLHOOKS_LOG_JSON": "1", "RLHOOKS_TRACE": "1", "WANDB_API_KEY": "secret"})
+    assert added == {"RLHOOKS_LOG_JSON": "1"}
+    env_vars = OmegaConf.to_container(cfg.ray_kwargs.ray_init.runtime_env.env_vars)
+    assert env_vars == {"RLHOOKS_TRACE": 0, "RLHOOKS_LOG_JSON": "1"}  # no secrets: verl prints ray.init's kwargs

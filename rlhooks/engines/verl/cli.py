@@ -24,7 +24,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def _train(args: argparse.Namespace) -> int:
-    # Ray worker processes inherit the environment; plugin.py reads these to log the same way.
+    # plugin.py reads these in Ray's processes to log the same way; main.run passes RLHOOKS_* on through
+    # runtime_env (a cluster's processes inherit the environment of `ray start`, not this one's)
     if getattr(args, "log_json", False):
         os.environ["RLHOOKS_LOG_JSON"] = "1"
     if getattr(args, "verbose", False):

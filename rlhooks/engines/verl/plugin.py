@@ -4,9 +4,9 @@
 TaskRunner actor that runs the rlhooks trainer, and every rollout / reward / training worker.
 So it stays cheap (no verl, torch or rlhooks import at module level) and does one thing: a
 process started by Ray logs rlhooks messages the way ``rlhooks train --log-json / -v`` asked
-on the driver (the CLI puts RLHOOKS_LOG_JSON / RLHOOKS_VERBOSE in the environment Ray workers
-inherit). The trainer itself does not need a plugin: verl's TaskRunner is replaced by
-``rlhooks.engines.verl.main``; the hooks run on the driver side only.
+on the driver (the CLI sets RLHOOKS_LOG_JSON / RLHOOKS_VERBOSE, which ``main.run`` passes to Ray's
+processes through ``runtime_env``). The trainer itself does not need a plugin: verl's TaskRunner is replaced by
+``rlhooks.engines.verl.main``; the hooks run in the TaskRunner only.
 """
 
 from __future__ import annotations

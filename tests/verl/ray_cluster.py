@@ -1,0 +1,133 @@
+"""A Ray cluster of two nodes on this machine, started with Ray's own CLI as on a real cluster.
+
+``ray start --head`` and ``ray start --address`` run as two processes (``--block``), each in its own
+process group, with every port chosen free and every file under one temporary directory. Ray finds
+"the latest cluster" through ``<temp dir>/ray_current_cluster``; ``RAY_TMPDIR`` points that lookup
+into our directory, so no ``ray.init()`` of another process on this machine connects to this cluster.
+Teardown signals only the two process groups started here (never ``ray stop``, which stops every Ray
+on the machine) and removes the temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+#: ``python -m`` rather than the ``ray`` script: a copied virtual environment's scripts can name another
+#: interpreter in their first line, and the raylet starts workers with the interpreter that started it
+RAY_CLI = [sys.executable, "-m", "ray.scripts.scripts"]
+#: ports of one node: node manager, object manager, worker range start, 2 dashboard agent, metrics, runtime env agent
+NODE_PORTS = 7
+#: what ``ray start`` prints once its node runs
+READY = "Ray runtime started."
+
+
+def free_ports(count: int) -> list[int]:
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _node_args(ports: list[int]) -> list[str]:
+    return [
+        "--node-manager-port", str(ports[0]), "--object-manager-port", str(ports[1]),
+        "--min-worker-port", str(ports[2]), "--max-worker-port", str(ports[2] + 50),
+        "--dashboard-agent-listen-port", str(ports[3]), "--dashboard-agent-grpc-port", str(ports[4]),
+        "--metrics-export-port", str(ports[5]), "--runtime-env-agent-port", str(ports[6]),
+        "--node-ip-address", "127.0.0.1", "--disable-usage-stats", "--block",
+    ]
+
+
+class LocalRayCluster:
+    """A running two-node cluster: its ``address``, ``root`` (every file of it) and ``nodes``: the
+    directory each node's ``ray start`` ran in (``head``, ``worker``)."""
+
+    def __init__(self, root: Path, address: str, nodes: dict[str, Path]):
+        self.root, self.address, self.nodes = root, address, nodes
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM to the process groups this module started, together (``ray start --block`` stops its
+    node's processes on it), then, after 5 s, SIGKILL to what is left of them (some Ray processes take
+    ~20 s to end on SIGTERM; the cluster's files are deleted anyway): only these groups, by their ids."""
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):
+        alive = []
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, sig)
+                alive.append(proc)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while alive and time.monotonic() < deadline:
+            alive = [p for p in alive if _group_alive(p)]
+            time.sleep(0.2)
+        if not alive:
+            return
+
+
+def _group_alive(proc: subprocess.Popen) -> bool:
+    proc.poll()  # reaps the leader once it exited
+    try:
+        os.killpg(proc.pid, 0)  # the group outlives its leader while one of its processes runs
+        return True
+    except ProcessLookupError:
+        return False
+
+
+@contextmanager
+def local_ray_cluster(node_env: Mapping[str, str], *, head_cpus: int = 0, worker_cpus: int = 1,
+                      timeout: float = 120) -> Iterator[LocalRayCluster]:
+    """Head (``head_cpus`` CPUs: 0, as clusters often keep the head free of work) plus one worker node.
+
+    ``node_env`` is the environment both nodes start with (and their workers inherit), as each node's
+    environment on a real cluster."""
+    root = Path(tempfile.mkdtemp(prefix="rlhray", dir="/tmp"))  # short: Ray's socket paths have a length limit
+    env = {**node_env, "RAY_TMPDIR": str(root), "RAY_USAGE_STATS_ENABLED": "0"}
+    ports = free_ports(2 + 2 * NODE_PORTS)
+    address = f"127.0.0.1:{ports[0]}"
+    nodes = {"head": root / "head", "worker": root / "worker"}
+    procs: list[subprocess.Popen] = []
+    try:
+        for name, args in (
+            ("head", ["--head", "--port", str(ports[0]), "--num-cpus", str(head_cpus), "--include-dashboard", "false",
+                      "--ray-client-server-port", str(ports[1]), *_node_args(ports[2:2 + NODE_PORTS])]),
+            ("worker", ["--address", address, "--num-cpus", str(worker_cpus), *_node_args(ports[2 + NODE_PORTS:])]),
+        ):
+            nodes[name].mkdir()
+            with open(root / f"{name}.out", "w") as out:  # the child keeps its own descriptor
+                procs.append(subprocess.Popen(
+                    [*RAY_CLI, "start", "--temp-dir", str(root / f"{name}-tmp"), *args], cwd=nodes[name], env=env,
+                    start_new_session=True, stdout=out, stderr=subprocess.STDOUT,
+                ))
+            _wait_until_started(procs[-1], root / f"{name}.out", timeout)
+        yield LocalRayCluster(root, address, nodes)
+    finally:
+        _stop(procs)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait_until_started(proc: subprocess.Popen, log: Path, timeout: float) -> None:
+    """Until ``ray start`` says its node runs (it prints that once the node registered with the head)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if READY in log.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            raise RuntimeError(f"ray start exited with {proc.returncode}:\n{log.read_text()}")
+        time.sleep(0.3)
+    raise RuntimeError(f"ray start did not start its node within {timeout} s:\n{log.read_text()}")
