@@ -180,17 +180,20 @@ def test_signature_example_compiles(block: Block) -> None:
     compile(f"def {block.code.strip()}: ...\n", block.where, "exec")
 
 
-def test_the_tutorial_plugin_installs_validates_and_runs(tmp_path: Path, monkeypatch, capsys) -> None:
-    """The tutorial's plugin module, its pyproject entry point and its YAML line, put together as an
-    installed distribution: the config validates and a short run logs the plugin's metric."""
+@pytest.mark.parametrize("where", ["docs/tutorial.md", "README.md"])
+def test_the_tutorial_plugin_installs_validates_and_runs(where: str, tmp_path: Path, monkeypatch, capsys) -> None:
+    """The page's plugin module, its pyproject entry point and its YAML line (the tutorial's first plugin,
+    the README's ten-line one), put together as an installed distribution: the config validates and a
+    short run logs the plugin's metric."""
+    import sys
+
     from rlhooks.core.records import read_records
 
-    text = (DOCS / "tutorial.md").read_text(encoding="utf-8")
-    blocks = [b for b in all_blocks("python", "toml", "yaml") if b.path == DOCS / "tutorial.md"]
+    blocks = [b for b in all_blocks("python", "toml", "yaml") if b.path == ROOT / where]
     module = next(b.code for b in blocks if b.code.startswith("# my_plugin/__init__.py"))
-    entry = next(b.code for b in blocks if b.lang == "toml")
+    entry = next(b.code for b in blocks if b.lang == "toml" and "long_responses" in b.code)
     plugins_line = next(b.code for b in blocks if b.code.startswith("plugins:"))
-    assert "## Writing a plugin" in text
+    monkeypatch.delitem(sys.modules, "my_plugin", raising=False)  # the other page's module of that name
     site = tmp_path / "site"
     (site / "my_plugin").mkdir(parents=True)
     (site / "my_plugin" / "__init__.py").write_text(module, encoding="utf-8")
@@ -206,6 +209,7 @@ def test_the_tutorial_plugin_installs_validates_and_runs(tmp_path: Path, monkeyp
     logged = {k for _, r in read_records(tmp_path / "tutorial" / "metrics.jsonl") if r and r["kind"] == "metrics"
               for k in r["metrics"]}
     assert "my/long_fraction" in logged
+    sys.modules.pop("my_plugin", None)
 
 
 def test_the_scan_sees_a_drifted_example(tmp_path: Path, capsys) -> None:

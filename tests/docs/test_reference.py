@@ -161,3 +161,34 @@ def test_the_site_builds_strictly_and_a_broken_link_fails_it(tmp_path: Path) -> 
     res = subprocess.run(build[:-2] + ["--site-dir", str(tmp_path / "site2"), "-f", str(copy / "mkdocs.yml")],
                          capture_output=True, text=True, cwd=ROOT, env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"})
     assert res.returncode != 0 and "no-such-section" in res.stderr
+
+
+def _github_slug(heading: str) -> str:
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def readme_link_problems(text: str) -> list[str]:
+    """Relative links of the README whose file or heading anchor does not exist."""
+    problems = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if target.startswith(("http:", "https:", "#")):
+            continue
+        path, _, anchor = target.partition("#")
+        file = ROOT / path
+        if not file.exists():
+            problems.append(f"{target}: no file {path}")
+        elif anchor and file.suffix == ".md":
+            headings = re.findall(r"(?m)^#+ (.+)$", file.read_text(encoding="utf-8"))
+            if anchor not in {_github_slug(h) for h in headings}:
+                problems.append(f"{target}: no heading #{anchor} in {path}")
+    return problems
+
+
+def test_the_readme_is_a_door_whose_links_lead_into_the_site() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300, "the README is the door: move details into a page of docs/"
+    assert readme_link_problems(text) == []
+    assert "docs/reference/components.md" in text  # any built-in's options, one click away
+    assert readme_link_problems("[x](docs/tutorial.md#no-such-heading) [y](docs/nope.md)") == [
+        "docs/tutorial.md#no-such-heading: no heading #no-such-heading in docs/tutorial.md",
+        "docs/nope.md: no file docs/nope.md"]
