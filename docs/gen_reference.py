@@ -96,7 +96,7 @@ def _options_table(cls: type) -> list[str]:
     for field in attrs.fields(cls):
         if field.name.startswith("_"):
             continue
-        rows.append(f"| `{field.name}` | `{_cell(_annotation(cls, field.name, field.type))}` | {_cell(_default(field))} | {_cell(docs.get(field.name, ''))} |")
+        rows.append(f"| `{field.name}` | {_cell(_annotation(cls, field.name, field.type))} | {_cell(_default(field))} | {_cell(docs.get(field.name, ''))} |")
     nested = [f for f in attrs.fields(cls) if isinstance(f.default, attrs.Factory)  # type: ignore[arg-type]
               and not f.default.takes_self and attrs.has(type(f.default.factory()))]
     out = rows + [""]

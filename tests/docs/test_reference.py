@@ -192,3 +192,13 @@ def test_the_readme_is_a_door_whose_links_lead_into_the_site() -> None:
     assert readme_link_problems("[x](docs/tutorial.md#no-such-heading) [y](docs/nope.md)") == [
         "docs/tutorial.md#no-such-heading: no heading #no-such-heading in docs/tutorial.md",
         "docs/nope.md: no file docs/nope.md"]
+
+
+def test_every_error_class_of_the_plugin_api_is_on_the_errors_page() -> None:
+    import rlhooks
+
+    errors = {n for n in rlhooks.__all__ if isinstance(getattr(rlhooks, n), type)
+              and issubclass(getattr(rlhooks, n), Exception)} | {"ConfigIssue"}
+    text = page("reference/errors.md")
+    rendered = set(re.findall(r"(?m)^        - (\w+)$", text)) | {m.split(".")[-1] for m in re.findall(r"(?m)^::: ([\w.]+)$", text)}
+    assert errors - rendered == set()
