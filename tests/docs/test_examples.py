@@ -223,3 +223,26 @@ def test_examples_cover_the_readme_and_every_page_kind() -> None:
              for b in YAML_BLOCKS + PYTHON_BLOCKS}
     assert {"README.md", "how-to", "reference", "tutorial.md"} <= where, where
     assert os.path.exists(ROOT / "mkdocs.yml")
+
+
+def test_the_config_check_transcript_is_what_the_command_prints(tmp_path: Path, monkeypatch, capsys) -> None:
+    """The config page's `rlhooks config check bad.yaml` output, reproduced from a bad.yaml with the
+    three mistakes it reports."""
+    text = (DOCS / "reference" / "config.md").read_text(encoding="utf-8")
+    transcript = text[text.index("$ rlhooks config check bad.yaml\n"):]
+    shown = transcript[:transcript.index("```")].splitlines()[1:]
+    monkeypatch.chdir(tmp_path)
+    Path("bad.yaml").write_text("backend: console\nfilters: [dapoo]\n"
+                                "backends: [console, {name: tensorboard, log_dri: runs/tb}]\n", encoding="utf-8")
+    assert main(["config", "check", "bad.yaml"]) == 1
+    out = capsys.readouterr()
+    assert (out.out + out.err).splitlines() == shown
+
+
+@pytest.mark.slow  # two 12-step runs and a resumed one, ~3 s
+def test_the_check_resume_command_of_the_simulate_guide_passes(workspace: Path, monkeypatch, capsys) -> None:
+    text = (DOCS / "how-to" / "simulate.md").read_text(encoding="utf-8")
+    line = next(l for l in text.splitlines() if l.startswith("rlhooks simulate my.yaml") and "--check-resume" in l)
+    monkeypatch.chdir(workspace)
+    assert main(line.split("#")[0].split()[1:]) == 0
+    assert "resume check passed" in capsys.readouterr().out
