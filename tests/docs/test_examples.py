@@ -62,14 +62,32 @@ def install_as_distribution(site: Path, name: str, version: str, pyproject_text:
     (dist / "entry_points.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def _isolated_modules(monkeypatch, package: str):
+    """Modules of ``package`` imported while the caller runs are dropped afterwards, and any imported
+    before (from another test's install) are set aside meanwhile: no test sees another's copy."""
+    import sys
+
+    for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    yield
+    for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+        del sys.modules[name]
+
+
 @pytest.fixture
-def example_plugin(tmp_path: Path, monkeypatch) -> None:
+def example_plugin(tmp_path: Path, monkeypatch):
     """examples/rlhooks-example-plugin importable and registered, as if pip-installed."""
     site = tmp_path / "example-site"
     install_as_distribution(site, "rlhooks-example-plugin", "0.1.0",
                             (EXAMPLE_PLUGIN / "pyproject.toml").read_text(encoding="utf-8"))
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.syspath_prepend(str(EXAMPLE_PLUGIN / "src"))
+    yield from _isolated_modules(monkeypatch, "rlhooks_example")
+
+
+@pytest.fixture
+def my_plugin_module(monkeypatch):
+    yield from _isolated_modules(monkeypatch, "my_plugin")
 
 
 def _id(block: Block) -> str:
@@ -181,19 +199,17 @@ def test_signature_example_compiles(block: Block) -> None:
 
 
 @pytest.mark.parametrize("where", ["docs/tutorial.md", "README.md"])
-def test_the_tutorial_plugin_installs_validates_and_runs(where: str, tmp_path: Path, monkeypatch, capsys) -> None:
+def test_the_tutorial_plugin_installs_validates_and_runs(where: str, tmp_path: Path, monkeypatch, capsys,
+                                                         my_plugin_module) -> None:
     """The page's plugin module, its pyproject entry point and its YAML line (the tutorial's first plugin,
     the README's ten-line one), put together as an installed distribution: the config validates and a
     short run logs the plugin's metric."""
-    import sys
-
     from rlhooks.core.records import read_records
 
     blocks = [b for b in all_blocks("python", "toml", "yaml") if b.path == ROOT / where]
     module = next(b.code for b in blocks if b.code.startswith("# my_plugin/__init__.py"))
     entry = next(b.code for b in blocks if b.lang == "toml" and "long_responses" in b.code)
     plugins_line = next(b.code for b in blocks if b.code.startswith("plugins:"))
-    monkeypatch.delitem(sys.modules, "my_plugin", raising=False)  # the other page's module of that name
     site = tmp_path / "site"
     (site / "my_plugin").mkdir(parents=True)
     (site / "my_plugin" / "__init__.py").write_text(module, encoding="utf-8")
@@ -209,7 +225,6 @@ def test_the_tutorial_plugin_installs_validates_and_runs(where: str, tmp_path: P
     logged = {k for _, r in read_records(tmp_path / "tutorial" / "metrics.jsonl") if r and r["kind"] == "metrics"
               for k in r["metrics"]}
     assert "my/long_fraction" in logged
-    sys.modules.pop("my_plugin", None)
 
 
 def test_the_scan_sees_a_drifted_example(tmp_path: Path, capsys) -> None:
