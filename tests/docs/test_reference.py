@@ -202,3 +202,34 @@ def test_every_error_class_of_the_plugin_api_is_on_the_errors_page() -> None:
     text = page("reference/errors.md")
     rendered = set(re.findall(r"(?m)^        - (\w+)$", text)) | {m.split(".")[-1] for m in re.findall(r"(?m)^::: ([\w.]+)$", text)}
     assert errors - rendered == set()
+
+
+def plugin_api_snapshot() -> str:
+    """The documented plugin API in one text: what the changelog page says it is current with."""
+    import inspect
+
+    import rlhooks
+    import rlhooks.host
+    import rlhooks.testing
+    from rlhooks.core.hookspecs import HOOK_NAMES, RLHookSpecs
+    from rlhooks.core.registry import GROUPS
+
+    hooks = [f"{h}({', '.join(p for p in inspect.signature(getattr(RLHookSpecs, h)).parameters if p != 'self')})"
+             for h in HOOK_NAMES]
+    return "\n".join([
+        "hooks: " + "; ".join(hooks),
+        "entry-point groups: " + ", ".join(f"{k}={v}" for k, v in GROUPS.items()),
+        "rlhooks: " + ", ".join(sorted(rlhooks.__all__)),
+        "rlhooks.host: " + ", ".join(sorted(rlhooks.host.__all__)),
+        "rlhooks.testing: " + ", ".join(sorted(rlhooks.testing.__all__)),
+    ]) + "\n"
+
+
+def test_the_changelog_is_current_with_the_plugin_api() -> None:
+    text = page("changelog.md")
+    block = section(text, "## The API this page is current with")
+    recorded = block[block.index("```text\n") + 8:block.rindex("```")]
+    assert recorded == plugin_api_snapshot(), (
+        "the plugin API changed: add an entry to docs/changelog.md saying what changed and how a plugin "
+        "migrates, then replace the block under 'The API this page is current with' with:\n"
+        + plugin_api_snapshot())
