@@ -2,7 +2,9 @@
 #   make demo   -- creates .venv/, installs rlhooks, runs the simulated training run
 #   make test   -- creates .venv/, installs rlhooks with test + verl extras, runs the test suite
 #                  (the long checks marked slow are `make test-slow`)
-# Both reuse .venv/ when it is up to date with pyproject.toml.
+#   make docs   -- regenerates the reference pages from the code, builds the site strictly (build/site/)
+#   make docs-serve -- serves the site with live reload on http://127.0.0.1:8000
+# All reuse .venv/ when it is up to date with pyproject.toml.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -14,7 +16,7 @@ TORCH_SPEC ?= torch==2.13.0
 # whose fingerprints decide at start-up; see README "Use with verl")
 VERL_SPEC ?= verl[verl-core]==0.9.1
 
-.PHONY: demo test test-slow bench bench-quick setup setup-test clean
+.PHONY: demo test test-slow bench bench-quick docs docs-serve setup setup-test setup-docs clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +30,13 @@ $(VENV)/.stamp-test: pyproject.toml $(VENV)/.stamp-core
 	$(PIP) install --quiet -e ".[test,verl]" "$(TORCH_SPEC)" "$(VERL_SPEC)"
 	touch $@
 
+$(VENV)/.stamp-docs: pyproject.toml $(VENV)/.stamp-core
+	$(PIP) install --quiet -e ".[docs]"
+	touch $@
+
 setup: $(VENV)/.stamp-core
 setup-test: $(VENV)/.stamp-test
+setup-docs: $(VENV)/.stamp-docs
 
 demo: setup
 	$(VENV)/bin/rlhooks simulate
@@ -49,6 +56,16 @@ bench: setup-test
 
 bench-quick: setup-test
 	$(PY) -m benchmarks.run_all --quick
+
+# the reference pages the code is the source of truth for (components, CLI, metrics; hooks.md from
+# the hook specs), then the site; --strict: a broken link, anchor or API reference fails the build
+docs: setup-docs
+	$(PY) docs/gen_reference.py
+	$(VENV)/bin/rlhooks hooks > docs/hooks.md
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+docs-serve: setup-docs
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

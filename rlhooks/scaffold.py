@@ -174,8 +174,9 @@ pytest                       # the rlhooks contract kit against every component
 ```
 
 Enable them in an rlhooks config by name, or by qualified name (`<distribution>:<name>`) when
-another installed package uses the same name. See rlhooks' README, sections *Writing a plugin*
-and *Packaging a plugin and running the contract tests*.
+another installed package uses the same name. See rlhooks' documentation site (docs/ in its
+repository, `make docs`), how-to guides *Write each kind of plugin*, *Package a plugin* and *Run the
+contract tests*.
 """
 
 _TESTS_HEAD = '''\

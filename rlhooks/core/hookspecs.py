@@ -10,12 +10,12 @@ Shared rules for every hook:
   (``batch["reward"][:] = ...``) nor into ``batch.meta``. Derive new data instead
   (``batch.with_columns(...)`` returns a new batch). The contract-test kit checks this.
 * A hook that returns metrics returns ``None`` or a flat ``dict[str, float | int]``; keys are
-  metric names such as ``source/<name>/count`` (see the README's metric-name conventions).
+  metric names such as ``source/<name>/count`` (see the metric-name reference, docs/reference/metrics.md).
   Values must be plain numbers (Python or numpy scalars); they are merged into the step's metrics.
 * Tables and histograms are not returned: emit them with ``run.log_table(...)`` /
   ``run.log_histogram(...)`` on the :class:`RunContext` received in ``on_run_start``.
 * Exceptions: observers (metrics, logging) are isolated per plugin; steering components
-  (samplers, filters) abort the step. See ``on_error`` in the README.
+  (samplers, filters) abort the step. See ``on_error`` in the config reference (docs/reference/config.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The README's command lines are true: every option it shows exists on that (sub)command, and no
-install instruction names a package index rlhooks is not on."""
+"""The README's and the documentation site's command lines are true: every option they show exists on
+that (sub)command, and no install instruction names a package index rlhooks is not on."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ from pathlib import Path
 
 from rlhooks.cli import build_parser
 
+from ..docs.pages import pages
+
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+#: the README and every page of the site (docs/), each with its path
+DOCS = [(str(p.relative_to(ROOT)), p.read_text(encoding="utf-8")) for p in pages()]
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -42,9 +45,13 @@ def readme_option_problems(text: str) -> tuple[int, list[str]]:
     return checked, problems
 
 
-def test_every_option_the_readme_shows_exists() -> None:
-    checked, problems = readme_option_problems(README)
-    assert checked >= 20  # the scan sees the README's command lines
+def test_every_option_the_docs_show_exists() -> None:
+    checked, problems = 0, []
+    for name, text in DOCS:
+        n, found = readme_option_problems(text)
+        checked += n
+        problems += [f"{name}: {p}" for p in found]
+    assert checked >= 40  # the scan sees the pages' command lines
     assert not problems, "\n".join(problems)
 
 
@@ -58,7 +65,7 @@ def test_the_scan_catches_a_misplaced_flag() -> None:
 def test_no_install_instruction_names_a_package_index() -> None:
     # rlhooks is on no index: `pip install 'rlhooks[x]'` fails; the clone's `pip install -e '.[x]'` works
     pattern = re.compile(r"pip install ['\"]?rlhooks\b")
-    places = [("README.md", README)] + [(str(p.relative_to(ROOT)), p.read_text(encoding="utf-8"))
+    places = DOCS + [(str(p.relative_to(ROOT)), p.read_text(encoding="utf-8"))
                                         for p in sorted((ROOT / "rlhooks").rglob("*.py"))]
     found = [f"{name}:{text[:m.start()].count(chr(10)) + 1}" for name, text in places for m in pattern.finditer(text)
              if "does not work" not in text[m.start() - 80:m.end() + 40]]

@@ -74,16 +74,16 @@ def test_generated_tests_pass_unchanged(generated, tmp_path):
 
 
 def test_readme_plugin_examples_are_the_generated_code(generated):
-    """The README's reward / filter / backend examples are the code the generated tests exercise."""
+    """The plugin guide's reward / filter / backend examples are the code the generated tests exercise."""
     src, _ = generated
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Reward functions, filters and backends: what they declare, get and run on", 1)[1]
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "how-to" / "write-plugins.md").read_text(encoding="utf-8")
+    section = guide.split("## Reward functions, filters and backends: what they declare, get and run on", 1)[1]
     section = section.split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     code = "\n".join(p.read_text() for p in (src / "src" / "rlhooks_demo_kit").glob("*.py"))
     assert len(blocks) == 3
     for block in blocks:
-        assert block in code, f"README example not in the generated package:\n{block}"
+        assert block in code, f"docs/how-to/write-plugins.md example not in the generated package:\n{block}"
 
 
 def test_entry_points_resolve_by_qualified_name(generated, monkeypatch):

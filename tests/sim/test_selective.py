@@ -238,10 +238,10 @@ def test_cli_compare_prints_generated_to_target_as_the_metrics_curve_says(tmp_pa
 
 
 def test_readme_comparison_says_which_target_it_uses_and_the_default():
-    """The README's selective comparison uses the example configs' target and says whether it is the
-    simulator's default; it gives the figures at 0.70 too (where the 1.5x is not met)."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### What it buys in the simulator"):readme.index("## Logging backends")]
+    """The selective-rollout guide's comparison uses the example configs' target and says whether it is
+    the simulator's default; it gives the figures at 0.70 too (where the 1.5x is not met)."""
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "how-to" / "selective-rollout.md").read_text(encoding="utf-8")
+    section = guide[guide.index("## What it buys in the simulator"):]
     default = SimOptions().target_accuracy
     targets = {(yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text()).get("simulate") or {}).get("target_accuracy", default)
                for name in ("dapo", "dapo_adaptive", "selective", "learnability")}
@@ -257,8 +257,8 @@ def test_readme_comparison_says_which_target_it_uses_and_the_default():
 
 
 def test_readme_adaptive_sizing_matches_adaptive_size():
-    """The README's adaptive rule and its stated floor are what adaptive_size computes."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    """The selective-rollout guide's adaptive rule and its stated floor are what adaptive_size computes."""
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "how-to" / "selective-rollout.md").read_text(encoding="utf-8")
     assert "`ceil(groups still needed / kept ratio so far × 1.25)`" in readme and "`gen_batch_size / 6`" in readme
     assert adaptive_size(384, needed_groups=10, kept_groups=300, generated_groups=384) == 64  # floor 384 / 6
     assert adaptive_size(384, needed_groups=90, kept_groups=100, generated_groups=300) == 338  # ceil(90 / (1/3) * 1.25)

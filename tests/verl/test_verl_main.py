@@ -108,12 +108,14 @@ def test_dry_run_runs_verls_own_validation(tmp_path, capsys):
 
 
 def _readme_verl_examples() -> tuple[list[str], list[list[str]]]:
-    """The README's rlhooks YAML blocks with a verl: section, and its `rlhooks train --dry-run` commands."""
+    """The docs' and README's rlhooks YAML blocks with a verl: section, and their `rlhooks train --dry-run`
+    commands (the verl guide, docs/how-to/verl.md, holds them)."""
     import re
     import shlex
-    from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    from ..docs.pages import pages
+
+    text = "\n".join(p.read_text(encoding="utf-8") for p in pages())
     yamls = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if re.search(r"^verl:", b, re.M)]
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", text, re.S):
@@ -130,7 +132,7 @@ def test_every_verl_config_in_the_readme_and_scripts_passes_verls_validation(tmp
     from rlhooks.engines.verl.main import validate_verl_config
 
     yamls, commands = _readme_verl_examples()
-    assert yamls and commands, "the README's verl examples moved: point this test at them"
+    assert yamls and commands, "the docs' verl examples moved: point this test at them"
     files = [tmp_path / f"readme_{i}.yaml" for i in range(len(yamls))]
     for f, text in zip(files, yamls):
         f.write_text(text)

@@ -231,7 +231,7 @@ class SimDataset:
             raise DataError(
                 f"{origin}: cannot simulate on this dataset: " + "; ".join(problems)
                 + f". Columns found: {', '.join(sorted(names)) or '(none)'}. "
-                "See the README's 'The data' section for the layout, or run without --data to use generated data."
+                "See 'The data' in the simulated-runs guide (docs/how-to/simulate.md) for the layout, or run without --data to use generated data."
             )
         if table.num_rows == 0:
             raise DataError(f"{origin}: the dataset has no rows; give a file with at least one row per source")

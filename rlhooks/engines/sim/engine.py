@@ -65,7 +65,7 @@ class SimOptions:
     target_accuracy: float = attrs.field(default=0.8, validator=[attrs.validators.gt(0), attrs.validators.le(1)])
     #: items per source used to measure sim/accuracy (a fixed random subset; all when fewer)
     eval_items: int = attrs.field(default=2048, validator=[attrs.validators.gt(0), attrs.validators.le(10_000_000)])
-    #: longest response in tokens (~4 characters each), as verl's ``data.max_response_length``: a
+    #: longest response in tokens (~4 characters each), as verl's `data.max_response_length`: a
     #: rollout stops there, so an answer longer than that is never written in full (and is wrong)
     max_response_length: int = attrs.field(default=1024, validator=[attrs.validators.gt(0),
                                                                      attrs.validators.le(1_000_000)])
