@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from rlhooks.core import rundir
 from rlhooks.core.errors import RLHooksError
 
 
@@ -32,7 +33,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise RLHooksError(f"rlhooks report needs matplotlib ({exc}); install the 'report' extra: pip install -e '.[report]' in the rlhooks clone") from None
     dirs = [Path(d) for d in args.run_dirs]
     out = Path(args.out) if args.out else (dirs[0] / "report" if len(dirs) == 1 else Path("report"))
-    page = write_report(dirs, out)
+    try:
+        page = write_report(dirs, out)
+    finally:  # a run's own report directory, drawn later: a rerun of that run may replace it
+        if len(dirs) == 1 and out.absolute() == (dirs[0] / "report").absolute() and out.exists():
+            rundir.adopt_derived(out)
     print(f"report: {page}")
     print(f"charts: {out}/*.png")
     return 0

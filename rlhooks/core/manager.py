@@ -399,10 +399,10 @@ class RunManager:
     def end(self, status: str) -> str:
         """End every component; returns the run's final status.
 
-        Components that record the outcome (``records_outcome = True`` on the plugin, e.g. the
-        JSONL backend's ``run_end``) end last, with the status as it stands once every other
-        backend finished its final flush: a backend that failed or hung there lost data, so
-        the run is "failed" in every place that states it.
+        Components that state the outcome (``records_outcome = True`` on the plugin: the JSONL
+        backend's ``run_end``, the console's "run ended" line, reward_monitor.json) end last, with
+        the status as it stands once every other backend finished its final flush: a backend that
+        failed or hung there lost data, so the run is "failed" in every place that states it.
         """
         self.dispatch_emitted()
         recorders = {id(rec) for rec, _, _ in self._impls("on_run_end") if getattr(rec.obj, "records_outcome", False)}

@@ -441,6 +441,41 @@ def _clear_finished_run(path: Path, command: str, *, dry_run: bool = False) -> N
         (path / MARKER_FILE).unlink()
 
 
+def adopt_derived(path: str | Path) -> bool:
+    """Record ``path`` (e.g. ``<run_dir>/report``, drawn later by ``rlhooks report``) as the finished
+    run's own, with the files in it now, so that a rerun of that run replaces it instead of refusing.
+
+    Only for a finished run that rlhooks made and nobody holds; True if recorded. Never deletes.
+    """
+    p = Path(path).absolute()
+    run_dir = p.parent
+    marker_path = run_dir / MARKER_FILE
+    marker = _read_marker(marker_path)
+    if not marker or "files" not in marker or marker.get("finished") is None:
+        return False
+    try:
+        lock = RunDirLock(run_dir, "rlhooks report").acquire()
+    except RunDirError:  # a run is writing there: its own end records what it owns
+        return False
+    try:
+        marker = _read_marker(marker_path) or {}
+        if "files" not in marker or marker.get("finished") is None:
+            return False
+        name = p.name
+        files = {n for n in marker.get("files", []) if isinstance(n, str)} | {name}
+        if p.is_dir() and not p.is_symlink():
+            for root, dirs, names in os.walk(p):
+                rel = os.path.relpath(root, run_dir)
+                files.update(os.path.join(rel, n) for n in (*dirs, *names))
+        for key in ("owned", "entries"):
+            marker[key] = sorted({*marker.get(key, []), name})
+        marker["files"] = sorted(files)
+        write_atomic(marker_path, json.dumps(marker, indent=1) + "\n", claim_it=False)
+        return True
+    finally:
+        lock.release()
+
+
 # -- atomic files ----------------------------------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import structlog
 
 from rlhooks.core.metrics import split_source_key
+from rlhooks.core import rundir
 from rlhooks.core.rundir import write_atomic
 from rlhooks.report.charts import CHARTS, render_chart
 from rlhooks.report.reader import ReportError, RunData, Table, load_run
@@ -56,6 +57,7 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
         if names.count(r.name) > 1:
             r.name = f"{r.name} ({Path(r.path).parent})"
     out = Path(out_dir)
+    rundir.claim(out)  # inside a run being written: the run's own (a rerun replaces it)
     out.mkdir(parents=True, exist_ok=True)
     charts: list[tuple[str, Path]] = []
     notes: list[str] = [n for r in runs for n in [_keep_largest_sources(r)] if n]

@@ -19,9 +19,12 @@ def _manager(tmp_path: Path, backends: list) -> rlhooks.host.RunManager:
 @pytest.mark.parametrize("backend", [{"name": "test_full_at_end"},
                                      {"name": "test_hang_at_end", "flush_timeout_s": 0.5}])
 def test_a_backend_losing_data_in_its_final_flush_fails_the_run_everywhere(dispatch_site, tmp_path: Path,
-                                                                          backend: dict) -> None:
-    """Case 4: ENOSPC or a hang in on_run_end is lost data: "failed", also in the JSONL run_end."""
-    m = _manager(tmp_path, [backend, "jsonl"])
+                                                                          backend: dict, capsys) -> None:
+    """Case 4: ENOSPC or a hang in on_run_end is lost data: "failed" in the JSONL run_end, the console
+    line and reward_monitor.json alike (whatever order pluggy calls them in)."""
+    cfg = rlhooks.host.load_config({"run": {"name": "end", "out_dir": str(tmp_path)},
+                                    "backends": ["console", backend, "jsonl"], "rewards": ["reward_monitor"]})
+    m = rlhooks.host.RunManager(cfg)
     with structlog.testing.capture_logs() as logs, m.running():
         for step in range(1, 4):
             m.log_metrics(step, {"a": float(step)})
@@ -30,10 +33,12 @@ def test_a_backend_losing_data_in_its_final_flush_fails_the_run_everywhere(dispa
         rec.obj.release.set()
     assert m.final_status == "failed"
     lost = m.lost_data()
-    assert len(lost) == 1 and lost[0].startswith(f"{backend['name']} (backends[0])")
+    assert len(lost) == 1 and lost[0].startswith(f"{backend['name']} (backends[1])")
     records = [json.loads(line) for line in (tmp_path / "end" / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["kind"] == "run_end" and records[-1]["status"] == "failed"
     assert any(backend["name"] in e["event"] and "on_run_end" in e["event"] for e in logs), logs
+    assert "run ended: failed" in capsys.readouterr().out
+    assert json.loads((tmp_path / "end" / "reward_monitor.json").read_text())["status"] == "failed"
 
 
 # -- the command's end, in real `rlhooks simulate` processes -----------------------------------------
@@ -176,3 +181,55 @@ def test_sigterm_during_start_up_says_no_run_was_recorded(tmp_path: Path) -> Non
     assert "during start-up, before a run was recorded" in err and "ended with status" not in err, err
     assert "Traceback" not in err and out == ""
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # four `rlhooks` processes, ~15 s
+def test_a_report_cut_short_or_drawn_later_is_the_runs_own_and_a_rerun_replaces_it(tmp_path: Path) -> None:
+    """The run's report/ is recorded as its own whether the time bound stopped it or `rlhooks report`
+    drew it later (as the warning says to): a rerun of the same name replaces it, no refusal."""
+    first = subprocess.run(_cmd(tmp_path, "--report-timeout", "0.01"), capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert "report time bound" in first.stderr and (tmp_path / "d" / "report").is_dir()
+    rerun = subprocess.run(_cmd(tmp_path, "--no-report"), capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    assert not (tmp_path / "d" / "report").exists()
+    later = subprocess.run([sys.executable, "-m", "rlhooks.cli", "report", str(tmp_path / "d")],
+                           capture_output=True, text=True, timeout=120)
+    assert later.returncode == 0, later.stderr
+    assert (tmp_path / "d" / "report" / "report.html").is_file()
+    again = subprocess.run(_cmd(tmp_path, "--no-report"), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert not (tmp_path / "d" / "report").exists()
+
+
+def test_plotting_is_loaded_before_the_reports_time_bound_starts(tmp_path: Path) -> None:
+    """A time bound (or signal) that fired during the first `import matplotlib` left a half-imported
+    module that broke every later chart of the process (``--compare``'s chart: AttributeError, exit 1).
+    An audit hook in a fresh interpreter sees no matplotlib import inside the bound."""
+    made = subprocess.run(_cmd(tmp_path, "--no-report"), capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    script = f"""
+import contextlib, sys
+from pathlib import Path
+import rlhooks.core.interrupt as interrupt
+import rlhooks.engines.sim.runs as runs
+inside, seen = [False], []
+real = interrupt.bounded
+@contextlib.contextmanager
+def watched(seconds):
+    inside[0] = True
+    try:
+        with real(seconds):
+            yield
+    finally:
+        inside[0] = False
+interrupt.bounded = watched
+sys.addaudithook(lambda ev, args: seen.append(args[0]) if ev == "import" and inside[0] and str(args[0]).startswith("matplotlib") else None)
+assert "matplotlib" not in sys.modules
+page = runs.try_report([Path({str(tmp_path / "d")!r})], Path({str(tmp_path / "rep")!r}), timeout_s=60)
+assert page, "no report"
+print("IMPORTED INSIDE THE BOUND:", sorted(set(seen)))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "IMPORTED INSIDE THE BOUND: []" in proc.stdout, proc.stdout

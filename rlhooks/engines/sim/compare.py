@@ -19,7 +19,7 @@ from typing import Any
 
 from rlhooks.core.errors import RLHooksError
 from rlhooks.core.rundir import check_replaceable, locked, write_atomic
-from rlhooks.engines.sim.runs import DEFAULT_REPORT_TIMEOUT_S, safe_name, simulate_run, try_report
+from rlhooks.engines.sim.runs import DEFAULT_REPORT_TIMEOUT_S, load_plotting, safe_name, simulate_run, try_report
 from rlhooks.engines.sim.data import write_dataset
 from rlhooks.engines.sim.engine import load_sim_config, sim_options
 
@@ -165,7 +165,6 @@ def write_generation_chart(summaries: Sequence[dict[str, Any]], path: str | Path
 
 
 def _try_generation_chart(summaries: Sequence[dict[str, Any]], path: Path) -> str | None:
-    try:
-        return str(write_generation_chart(summaries, path))
-    except ImportError:  # matplotlib is the optional 'report' extra
+    if not load_plotting():  # matplotlib is the optional 'report' extra
         return None
+    return str(write_generation_chart(summaries, path))

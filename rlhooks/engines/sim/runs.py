@@ -133,19 +133,39 @@ def _add_report(summary: dict[str, Any], rd: RunDirectory, timeout_s: float | No
                     f"{exc.strerror or exc}; the run's outcome ({summary['status']}) is recorded there")
 
 
+def load_plotting() -> bool:
+    """Import matplotlib (Agg) and the report whole, signals held till the end; False if not installed.
+
+    Done before the report's time bound starts: an import stopped halfway leaves a matplotlib that
+    breaks every later chart in the process (``module 'matplotlib' has no attribute ...``).
+    """
+    with interrupt.deferred():
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.backends.backend_agg  # noqa: F401 - else loaded by the first figure
+            import matplotlib.pyplot  # noqa: F401
+
+            import rlhooks.report  # noqa: F401
+        except ImportError:  # matplotlib is the optional 'report' extra
+            return False
+    return True
+
+
 def try_report(run_dirs: list[Path], out: Path, *, timeout_s: float | None = DEFAULT_REPORT_TIMEOUT_S) -> str | None:
     """The report page's path, or None with a warning naming what was not written and why.
 
     Derived work: never raises (but a second signal exits), never changes a run's status.
     """
-    try:
-        from rlhooks.report import write_report
-    except ImportError as exc:  # matplotlib is the optional 'report' extra
-        log.warning("no report: matplotlib is not installed (the 'report' extra: pip install -e '.[report]' in the rlhooks clone)", error=str(exc))
-        return None
     page = out / "report.html"
     later = f"draw it later: rlhooks report {' '.join(str(d) for d in run_dirs)}"
     try:
+        if not load_plotting():
+            log.warning("no report: matplotlib is not installed (the 'report' extra: pip install -e '.[report]' in the rlhooks clone)")
+            return None
+        from rlhooks.report import write_report
+
         with interrupt.bounded(timeout_s):
             return str(write_report(run_dirs, out))
     except interrupt.TimeBoundExceeded:

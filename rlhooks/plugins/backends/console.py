@@ -42,6 +42,9 @@ def _fmt(value: float | int, digits: int) -> str:
 class ConsoleBackend:
     """Prints metrics (every ``interval`` steps) and tables in a human-readable form."""
 
+    #: its "run ended: <status>" line states the outcome: it ends after the backends that may lose data
+    records_outcome = True
+
     @attrs.frozen(kw_only=True)
     class Options(DispatchOptions):
         #: metric names or glob patterns to print, in this order; empty: every metric, sorted

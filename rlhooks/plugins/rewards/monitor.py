@@ -89,6 +89,9 @@ class RewardMonitorOptions:
 class RewardMonitor:
     """Reward statistics, training dynamics, alerts and run-end analysis (see module docstring)."""
 
+    #: reward_monitor.json states the outcome: it ends after the backends that may lose data
+    records_outcome = True
+
     Options = RewardMonitorOptions
 
     def __init__(self, options: RewardMonitorOptions | None = None) -> None:
