@@ -26,6 +26,8 @@ from typing import Any
 import structlog
 import yaml
 
+from benchmarks.harness import Result
+
 from rlhooks.engines.sim.cli import default_config_path
 from rlhooks.engines.sim.engine import SimEngine, load_sim_config, prepare_data
 from rlhooks.plugins.rewards.analyzer import RewardAnalyzer
@@ -90,6 +92,25 @@ def table(rows: list[dict[str, Any]]) -> str:
         out.append(f"\n{label}: hits {sum(r[key] for r in hacked)}/{len(hacked)} hacked runs, "
                    f"false alarms {sum(r[key] for r in honest)}/{len(honest)} honest runs")
     return "\n".join(out)
+
+
+def run(quick: bool = False) -> list[Result]:
+    """For run_all: every scenario over 5 seeds x 80 steps (``--quick``: 1 seed x 30 steps, no target)."""
+    import time
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    seeds, steps = (range(1), 30) if quick else (range(5), 80)
+    rows, t0 = [], time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = [run_one(name, seed, steps, Path(tmp)) for name in SCENARIOS for seed in seeds]
+    per_run = (time.perf_counter() - t0) / len(rows)
+    hacked = [r for r in rows if r["hacked"]]
+    honest = [r for r in rows if not r["planted"]]
+    hits, alarms = sum(r["flagged"] for r in hacked), sum(r["flagged"] for r in honest)
+    return [Result(case=f"reward-hacking check ({len(rows)} simulated runs of {steps} steps)", rlhooks_s=per_run,
+                   target="" if quick else "every hacked run flagged, no honest one",
+                   met=None if quick else (hits == len(hacked) and alarms == 0),
+                   note=f"hits {hits}/{len(hacked)} hacked, false alarms {alarms}/{len(honest)} honest; time per run")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 
 The end is measured from the last step's JSONL record to the command's exit: the backends' final
 flush, summary.json and the marker, then the report (which draws the 10 largest sources). Run:
-``python -m benchmarks.bench_run_end [N_SOURCES]`` (standalone, a minute on 2 cores; not in run_all).
+``python -m benchmarks.bench_run_end [N_SOURCES]`` (a minute on 2 cores), or through run_all (``--quick``:
+300 sources, a smoke test without a target).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from benchmarks.harness import Result
 
 from rlhooks.engines.sim.data import SOURCE_PROFILES, generate_table
 
@@ -48,6 +51,16 @@ def main(n_sources: int = 10_000, steps: int = 5) -> dict:
                   "end_s": round(exited - last_step, 1)}
     print(json.dumps(result))
     return result
+
+
+def run(quick: bool = False) -> list[Result]:
+    n = 300 if quick else 10_000
+    r = main(n_sources=n, steps=2 if quick else 5)
+    ok = r["exit"] == 0 and r["status"] == "success"
+    return [Result(case=f"run end, {n:,} sources ({r['steps']} steps, report)", rlhooks_s=r["end_s"],
+                   target="" if quick else "< 30 s on 2 cores", max_s=None if quick else 30.0,
+                   met=None if quick else (ok and r["end_s"] < 30.0),
+                   note=f"exit {r['exit']}, {r['status']}, whole command {r['total_s']} s")]
 
 
 if __name__ == "__main__":
