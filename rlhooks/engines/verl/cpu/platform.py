@@ -130,14 +130,8 @@ def _free_port() -> int:
 
 
 def install() -> None:
-    """Make this process a one-rank verl CPU worker host (idempotent).
-
-    - the ``cpu`` platform registered and made current (verl's ``set_platform``);
-    - verl's FSDP language-model engine registered for device ``cpu``;
-    - the environment verl's ``Worker`` reads (RANK, WORLD_SIZE, MASTER_ADDR/PORT), where unset;
-    - a one-rank gloo process group: verl's own initializer asks for ``cpu:gloo,<device>:<backend>``,
-      which torch refuses when both are ``cpu``, and skips initializing when a group exists.
-    """
+    """Make verl see this machine as the ``cpu`` platform (idempotent): the platform registered and made
+    current (verl's ``set_platform``), and verl's FSDP language-model engine registered for device ``cpu``."""
     global _installed
     if _installed:
         return
@@ -151,15 +145,22 @@ def install() -> None:
     # verl's registry asserts on a second registration of a key; the engine class is verl's own
     if "cpu" not in EngineRegistry._engines.get("language_model", {}).get("fsdp", {}):
         EngineRegistry.register(model_type="language_model", backend=["fsdp", "fsdp2"], device="cpu")(FSDPEngineWithLMHead)
+    _installed = True
+
+
+def init_single_process_group() -> None:
+    """This process as rank 0 of 1 for verl's workers: the environment verl's ``Worker`` reads (RANK,
+    WORLD_SIZE, MASTER_ADDR/PORT) where unset, and a one-rank gloo group. verl's own initializer asks
+    for ``cpu:gloo,<device>:<backend>``, which torch refuses when both are ``cpu``; it skips
+    initializing when a group exists."""
+    import torch.distributed as dist
+
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_WORLD_SIZE", "1"),
                        ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(key, value)
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
-    import torch.distributed as dist
-
     if not dist.is_initialized():
         dist.init_process_group("gloo", rank=0, world_size=1)
     elif dist.get_world_size() != 1:
         raise RuntimeError("the CPU learner runs in one process; a process group of "
                            f"{dist.get_world_size()} ranks is already initialized")
-    _installed = True

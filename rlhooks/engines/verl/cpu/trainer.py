@@ -52,6 +52,7 @@ class CPULearnerTrainer(RLHooksRayPPOTrainer):
         from verl.single_controller.ray.base import ResourcePoolManager
 
         platform.install()
+        platform.init_single_process_group()
         if self.resource_pool_manager is None:  # one process: the throughput metrics divide by 1 "GPU"
             self.resource_pool_manager = ResourcePoolManager(resource_pool_spec={"global_pool": [1]}, mapping={})
         cfg = self.config.actor_rollout_ref
