@@ -37,6 +37,8 @@ class _CPUDeviceModule(types.ModuleType):
             return lambda *args, **kwargs: (0, 0)
         if name in ("manual_seed", "manual_seed_all"):
             return torch.manual_seed
+        if name in ("get_rng_state", "set_rng_state"):  # checkpoints save/restore the device RNG: here torch's
+            return getattr(torch, name)
         raise AttributeError(f"verl asked the CPU device module for {name!r}, which CPU training does not have")
 
 
@@ -120,9 +122,6 @@ def _platform_class():
     return PlatformCPU
 
 
-_installed = False
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -132,10 +131,10 @@ def _free_port() -> int:
 def install() -> None:
     """Make verl see this machine as the ``cpu`` platform (idempotent): the platform registered and made
     current (verl's ``set_platform``), and verl's FSDP language-model engine registered for device ``cpu``."""
-    global _installed
-    if _installed:
-        return
     from verl.plugin.platform import platform_manager
+
+    if getattr(platform_manager, "_current_platform", None).__class__.__name__ == "PlatformCPU":
+        return
     from verl.workers.engine.base import EngineRegistry
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
@@ -145,7 +144,19 @@ def install() -> None:
     # verl's registry asserts on a second registration of a key; the engine class is verl's own
     if "cpu" not in EngineRegistry._engines.get("language_model", {}).get("fsdp", {}):
         EngineRegistry.register(model_type="language_model", backend=["fsdp", "fsdp2"], device="cpu")(FSDPEngineWithLMHead)
-    _installed = True
+
+
+@contextlib.contextmanager
+def installed():
+    """The CPU platform for a block, then verl's previous platform again (tests share processes)."""
+    from verl.plugin.platform import platform_manager
+
+    previous = getattr(platform_manager, "_current_platform", None)
+    install()
+    try:
+        yield
+    finally:
+        platform_manager._current_platform = previous
 
 
 def init_single_process_group() -> None:

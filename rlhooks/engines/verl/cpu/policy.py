@@ -105,7 +105,7 @@ def warm_start(model, tokenizer, recipe: PolicyRecipe) -> list[float]:
         optim.zero_grad()
         loss.backward()
         optim.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     model.eval()
     return losses
 

@@ -15,8 +15,10 @@ from typing import Any
 from rlhooks.engines.verl.cpu import platform
 
 
-def verl_overrides(policy_dir: str | Path, train_file: str | Path, val_file: str | Path | None = None) -> list[str]:
-    """The verl settings the CPU learner needs (as Hydra overrides); the example config holds the same."""
+def verl_overrides(policy_dir: str | Path, train_file: str | Path, val_file: str | Path | None = None, *,
+                   micro_batch: int = 64) -> list[str]:
+    """The verl settings the CPU learner needs (as Hydra overrides); the example config holds the same.
+    ``micro_batch`` must divide every log-prob and update batch (verl asserts it): gen_batch_size * n."""
     return [
         f"data.train_files={train_file}", f"data.val_files={val_file or train_file}",
         "data.max_prompt_length=16", "data.max_response_length=24", "data.dataloader_num_workers=0",
@@ -24,9 +26,9 @@ def verl_overrides(policy_dir: str | Path, train_file: str | Path, val_file: str
         f"actor_rollout_ref.model.path={policy_dir}", "actor_rollout_ref.model.use_remove_padding=false",
         "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2",
         "actor_rollout_ref.actor.optim.lr=1e-3",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=64",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro_batch}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro_batch}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro_batch}",
         "actor_rollout_ref.rollout.response_length=24", "actor_rollout_ref.rollout.temperature=1.0",
         "reward.custom_reward_function.path=pkg://rlhooks.plugins.rewards.verl_adapter",
         "reward.custom_reward_function.name=compute_score",
