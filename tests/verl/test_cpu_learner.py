@@ -1,6 +1,6 @@
 """The CPU learner: a real tiny policy trained through verl's own workers, loss and trainer flow.
 
-One module-scoped pair of runs (4 steps straight; 2 steps, then a resume to 4) carries the end-to-end
+One module-scoped pair of runs (4 steps straight; a resume from its step-2 checkpoint) carries the end-to-end
 checks: DAPO accumulation, KL in the reward, the rlhooks reward functions, checkpoints, resume with
 the sampler state. The replacements for verl classes that cannot run on CPU are checked against
 verl's source: if verl changes what they replace, or fixes the reason they exist, a test here fails.
@@ -99,14 +99,19 @@ def _fit(assets, out: Path, steps: int):
 
 @pytest.fixture(scope="module")
 def runs(assets, tmp_path_factory):
-    """(straight 4-step trainer, its log, resumed trainer, its log, the initial weights)."""
+    """(straight 4-step trainer, its log, a trainer resumed from its step-2 checkpoint, its log, the
+    initial weights). The resumed run starts from a copy of the step-2 checkpoint folder (verl's
+    tracker file says 2), which is what a 2-step run with the same settings leaves (save_freq 2)."""
+    import shutil
+
     from transformers import AutoModelForCausalLM
 
     out = tmp_path_factory.mktemp("runs")
     with platform.installed():
         initial = {k: v.clone() for k, v in AutoModelForCausalLM.from_pretrained(assets[0]).state_dict().items()}
         full, full_log = _fit(assets, out / "full", STEPS)
-        _fit(assets, out / "resumed", 2)
+        shutil.copytree(out / "full" / "ckpt" / "global_step_2", out / "resumed" / "ckpt" / "global_step_2")
+        (out / "resumed" / "ckpt" / "latest_checkpointed_iteration.txt").write_text("2")
         resumed, resumed_log = _fit(assets, out / "resumed", STEPS)
         yield full, full_log, resumed, resumed_log, initial
 
