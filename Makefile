@@ -14,7 +14,7 @@ TORCH_SPEC ?= torch==2.13.0
 # whose fingerprints decide at start-up; see README "Use with verl")
 VERL_SPEC ?= verl[verl-core]==0.9.1
 
-.PHONY: demo test test-slow bench bench-quick setup setup-test clean
+.PHONY: demo test test-slow bench bench-quick bench-learning setup setup-test clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,12 @@ bench: setup-test
 
 bench-quick: setup-test
 	$(PY) -m benchmarks.run_all --quick
+	$(PY) -m benchmarks.cpu_learning --quick --out runs/bench-cpu-learning-quick
+
+# the simulator's --compare configurations on the real CPU learner (README "Real learning on CPU"):
+# writes benchmarks/CPU_LEARNING.md, .json and cpu_learning.png; ~25 min on 2 cores
+bench-learning: setup-test
+	$(PY) -m benchmarks.cpu_learning
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

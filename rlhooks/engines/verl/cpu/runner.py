@@ -25,7 +25,7 @@ def verl_overrides(policy_dir: str | Path, train_file: str | Path, val_file: str
         "data.filter_overlong_prompts=false",
         f"actor_rollout_ref.model.path={policy_dir}", "actor_rollout_ref.model.use_remove_padding=false",
         "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2",
-        "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.actor.optim.lr=1e-4",  # 1e-3 undid the warm-start within 3 steps (accuracy 0.40 -> 0.22)
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro_batch}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro_batch}",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro_batch}",

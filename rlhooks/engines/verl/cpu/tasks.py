@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-#: source -> (description, complexity); each is every pair of its operand ranges
-SOURCES: dict[str, tuple[str, float]] = {
-    "add_small": ("a + b with a, b in 0..9 (100 items)", 0.2),
-    "add_carry": ("a + b with a in 10..39, b in 1..9 (270 items)", 0.5),
-    "mul_small": ("a * b with a, b in 2..9 (64 items)", 0.8),
+#: source -> description; each is every pair of its operand ranges
+SOURCES: dict[str, str] = {
+    "add_small": "a + b with a, b in 0..9 (100 items; complexity 0.1-0.3 by the size of the sum)",
+    "add_carry": "a + b with a in 10..39, b in 1..9 (270 items; 0.35 without a carry, 0.65 with one)",
+    "mul_small": "a * b with a, b in 2..9 (64 items; 0.6-1.0 by the size of the product)",
 }
 TAGS = ("<reasoning>", "</reasoning>", "<answer>", "</answer>")
 SPECIAL = ("<pad>", "<eos>", "<unk>")
@@ -46,7 +46,7 @@ def _pairs(source: str) -> tuple[np.ndarray, np.ndarray, str]:
 
 def items(sources: tuple[str, ...] = tuple(SOURCES)) -> dict[str, np.ndarray]:
     """Every item of the sources, in a fixed order: columns source, question, solution, answer."""
-    cols: dict[str, list] = {"source": [], "question": [], "solution": [], "answer": []}
+    cols: dict[str, list] = {"source": [], "question": [], "solution": [], "answer": [], "complexity": []}
     for source in sources:
         a, b, op = _pairs(source)
         result = a + b if op == "+" else a * b
@@ -55,6 +55,13 @@ def items(sources: tuple[str, ...] = tuple(SOURCES)) -> dict[str, np.ndarray]:
         cols["question"].append(np.char.add(np.char.add("What is ", expr), "?").astype(object))
         cols["solution"].append(np.char.add(np.char.add(expr, " = "), result.astype(str)).astype(object))
         cols["answer"].append(result.astype(str).astype(object))
+        if source == "add_small":
+            complexity = 0.1 + 0.2 * result / 18
+        elif source == "add_carry":
+            complexity = np.where(a % 10 + b >= 10, 0.65, 0.35)
+        else:
+            complexity = 0.6 + 0.4 * result / 81
+        cols["complexity"].append(np.asarray(complexity, dtype=float))
     return {k: np.concatenate(v) for k, v in cols.items()}
 
 
@@ -86,7 +93,7 @@ def write_dataset(path: str | Path, sources: tuple[str, ...] = tuple(SOURCES)) -
 
     data = items(sources)
     rows = len(data["source"])
-    complexity = np.array([SOURCES[s][1] for s in data["source"]])
+    complexity = data["complexity"]
     table = pa.table({
         "data_source": data["source"].tolist(),
         "prompt": [[{"role": "user", "content": q}] for q in data["question"]],
