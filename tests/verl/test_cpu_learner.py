@@ -286,3 +286,17 @@ def test_the_warm_start_is_deterministic_and_reused(assets, tmp_path):
     assert (a / "model.safetensors").stat().st_mtime_ns == stamp
     assert policy.build_policy(tmp_path / "a", policy.PolicyRecipe(warm_steps=6)) == tmp_path / "a"
     assert (a / "model.safetensors").stat().st_mtime_ns != stamp  # another recipe: rebuilt
+
+
+def test_the_example_config_is_a_valid_cpu_run(capsys, monkeypatch):
+    """examples/configs/verl_cpu_tiny.yaml passes `rlhooks train --dry-run` (verl's validate_config),
+    and trainer.device stays cpu (verl's auto_set_device would make it cuda without the cpu platform)."""
+    from rlhooks.cli import main as rlhooks_main
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    with platform.installed():
+        assert rlhooks_main(["train", "--config", "examples/configs/verl_cpu_tiny.yaml", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "device: cpu" in out and "path: runs/tiny/policy" in out
+    assert "name: dapo" in out.split("# rlhooks (resolved)")[1]
