@@ -4,13 +4,14 @@ learnability sampler, and a curriculum vs uniform sampling, over several seeds.
     python -m benchmarks.cpu_learning            # make bench-learning: writes benchmarks/CPU_LEARNING.md + .json
     python -m benchmarks.cpu_learning --quick    # make bench-quick: 1 seed, 3 steps, 2 configs, writes nothing
     python -m benchmarks.cpu_learning --seeds 0 1 --steps 16 --configs dapo selective
+    python -m benchmarks.cpu_learning --summarize benchmarks/CPU_LEARNING.json --target 0.47
 
 Each run is ``rlhooks.engines.verl.cpu.runner.build_trainer(...).fit()`` from the shipped policy: verl's
 trainer flow, workers, GRPO and PPO loss on the tiny model. Accuracy is verl's own validation
 (``trainer.test_freq``; greedy decoding of all 434 prompts, ``val-core/<source>/acc/mean@1``), weighted
 by the sources' sizes. "Generated to target" counts the trajectories generated (every generation batch,
 kept or not) until the validated accuracy first reaches the target; a run that never does shows "-".
-Not a unit test: the full run takes ~25 min on 2 cores.
+Not a unit test: the full run (5 configs x 3 seeds x 40 steps) takes 15-30 min on 2 cores.
 """
 
 from __future__ import annotations
@@ -110,15 +111,18 @@ def generated_to(run: dict, target: float) -> int | None:
 
 def summarize(runs: list[dict], target: float) -> str:
     lines = [f"target accuracy {target:.2f} (validated, greedy, all prompts)", "",
-             "| config | seeds | generated to target (per seed) | final accuracy (mean) | start accuracy | wall time (mean) |",
-             "|---|---|---|---|---|---|"]
+             "| config | seeds | generated to target (per seed) | final accuracy (mean, per seed) | start | "
+             "generated in all (mean) | wall time (mean) |",
+             "|---|---|---|---|---|---|---|"]
     for name in dict.fromkeys(r["config"] for r in runs):
         mine = [r for r in runs if r["config"] == name]
         reached = [generated_to(r, target) for r in mine]
         finals = [r["accuracy"][max(r["accuracy"])] for r in mine]
         starts = [r["accuracy"][0] for r in mine]
         lines.append(f"| {name} | {len(mine)} | {', '.join('-' if g is None else f'{g:,}' for g in reached)} | "
-                     f"{statistics.mean(finals):.3f} | {statistics.mean(starts):.3f} | "
+                     f"{statistics.mean(finals):.3f} ({', '.join(f'{f:.3f}' for f in finals)}) | "
+                     f"{statistics.mean(starts):.3f} | "
+                     f"{statistics.mean(sum(r['generated'].values()) for r in mine):,.0f} | "
                      f"{statistics.mean(r['wall_s'] for r in mine):.0f} s |")
     return "\n".join(lines)
 
@@ -150,17 +154,32 @@ def chart(runs: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _default_target(runs: list[dict]) -> float:
+    return round(statistics.mean(r["accuracy"][0] for r in runs) + 0.05, 2)
+
+
+def _int_keys(run: dict) -> dict:
+    """A run read back from JSON (whose object keys are strings)."""
+    return {**run, **{k: {int(s): v for s, v in run[k].items()} for k in ("generated", "accuracy")}}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1 seed, 3 steps, dapo and selective; writes nothing")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--test-freq", type=int, default=2)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--test-freq", type=int, default=4)
     ap.add_argument("--target", type=float, default=None, help="default: the mean start accuracy + 0.05")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--out", default="runs/bench-cpu-learning")
+    ap.add_argument("--summarize", metavar="JSON", help="only print the table of a saved run (e.g. another --target)")
     args = ap.parse_args(argv)
+    if args.summarize:
+        runs = [_int_keys(r) for r in json.loads(Path(args.summarize).read_text())]
+        target = args.target if args.target is not None else _default_target(runs)
+        print(summarize(runs, target))
+        return 0
     if args.quick:
         args.seeds, args.steps, args.test_freq, args.configs = [0], 3, 3, ["dapo", "selective"]
     from rlhooks.engines.verl.cpu import platform, runner
@@ -176,8 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(run)
             print(f"[{name} seed {seed}: {run['wall_s']:.0f} s, accuracy "
                   f"{run['accuracy'][0]:.3f} -> {run['accuracy'][max(run['accuracy'])]:.3f}]", file=sys.stderr)
-    target = args.target if args.target is not None else round(
-        statistics.mean(r["accuracy"][0] for r in runs) + 0.05, 2)
+    target = args.target if args.target is not None else _default_target(runs)
     table = summarize(runs, target)
     total = time.perf_counter() - started
     print(table + f"\n\ntotal wall time {total:.0f} s")
