@@ -301,3 +301,16 @@ def test_the_example_config_is_a_valid_cpu_run(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "device: cpu" in out and "path: runs/tiny/policy" in out
     assert "name: dapo" in out.split("# rlhooks (resolved)")[1]
+
+
+def test_a_missing_policy_is_a_config_error_that_says_how_to_make_it(tmp_path, capsys, monkeypatch):
+    from rlhooks.cli import main as rlhooks_main
+
+    config = Path(__file__).resolve().parents[2] / "examples" / "configs" / "verl_cpu_tiny.yaml"
+    monkeypatch.chdir(tmp_path)  # no runs/tiny here
+    with platform.installed():
+        assert rlhooks_main(["train", "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert "verl.actor_rollout_ref.model.path: no model at runs/tiny/policy" in err
+    assert "verl.data.train_files: no file runs/tiny/train.parquet" in err
+    assert "python -m rlhooks.engines.verl.cpu prepare runs/tiny" in err and "Traceback" not in err

@@ -45,8 +45,29 @@ def use_portable_attention(cfg: Any) -> None:
         cfg.actor_rollout_ref.model.override_config.setdefault("attn_implementation", "sdpa")
 
 
+def check_local_files(cfg: Any) -> None:
+    """The CPU learner reads a local policy and local prompts (nothing is downloaded): a missing one is a
+    ConfigError saying how to make them, not a traceback from transformers or the dataset loader."""
+    from rlhooks.core.errors import ConfigError, ConfigIssue
+
+    issues = []
+    policy_dir = Path(str(cfg.actor_rollout_ref.model.path)).expanduser()
+    if not (policy_dir / "config.json").is_file():
+        issues.append(ConfigIssue("verl.actor_rollout_ref.model.path", f"no model at {policy_dir} (no config.json)"))
+    files = cfg.data.train_files
+    for f in [files] if isinstance(files, str) else list(files):
+        if not Path(str(f)).expanduser().is_file():
+            issues.append(ConfigIssue("verl.data.train_files", f"no file {f}"))
+    if issues:
+        hint = ("the CPU learner (trainer.device=cpu) trains a local policy: make the tiny one and its prompts "
+                "with `python -m rlhooks.engines.verl.cpu prepare runs/tiny`, or point these keys at your own")
+        raise ConfigError([*issues, ConfigIssue("verl.trainer.device", hint)], "(the verl config)",
+                          kind="verl config")
+
+
 def build_trainer(cfg: Any, *, rlhooks_plugins: Iterable[tuple[str, Any]] = ()):
     """The CPU learner for a composed verl config (with its ``rlhooks:`` block), workers initialized."""
+    check_local_files(cfg)
     platform.install()  # before anything asks verl for its platform
     from verl.trainer.ppo.utils import Role, create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
