@@ -122,7 +122,7 @@ def _weights(trainer) -> dict[str, torch.Tensor]:
             for k, v in trainer.actor_module.state_dict().items()}
 
 
-def test_the_policy_learns_through_verls_update(runs):
+def _the_policy_learns_through_verls_update(runs):
     full, log, _, _, initial = runs
     trained = _weights(full)
     moved = [k for k in initial if not torch.equal(initial[k], trained[k].to(initial[k].dtype))]
@@ -133,7 +133,7 @@ def test_the_policy_learns_through_verls_update(runs):
         assert 0 < m["actor/entropy"] < np.log(len(tasks.make_tokenizer()))  # real log-probs of a real policy
 
 
-def test_dapo_accumulates_generation_batches_of_real_generations(runs):
+def _dapo_accumulates_generation_batches_of_real_generations(runs):
     _, log, _, _, _ = runs
     for step in range(1, STEPS + 1):
         rows = log.trained[step]
@@ -147,7 +147,7 @@ def test_dapo_accumulates_generation_batches_of_real_generations(runs):
     assert max(log.logged[s]["train/num_gen_batches"] for s in log.logged) > 1
 
 
-def test_rlhooks_rewards_and_the_kl_penalty_are_what_verl_trains_on(runs):
+def _rlhooks_rewards_and_the_kl_penalty_are_what_verl_trains_on(runs):
     _, log, _, _, _ = runs
     for step in range(1, STEPS + 1):
         m, rows = log.logged[step], log.trained[step]
@@ -165,7 +165,7 @@ def test_rlhooks_rewards_and_the_kl_penalty_are_what_verl_trains_on(runs):
             assert m["critic/rewards/mean"] != pytest.approx(m["critic/score/mean"], abs=1e-7)
 
 
-def test_resume_from_verls_checkpoint_continues_exactly(runs):
+def _resume_from_verls_checkpoint_continues_exactly(runs):
     full, full_log, resumed, resumed_log, _ = runs
     assert sorted(resumed_log.logged) == list(range(3, STEPS + 1))
     later = lambda log: [d for d in log.drawn if d[0] > 2]  # noqa: E731
@@ -179,7 +179,7 @@ def test_resume_from_verls_checkpoint_continues_exactly(runs):
     assert resumed.checkpoint_manager.updates[0] == 2  # generation continued from step 2's weights
 
 
-def test_generation_follows_the_agent_loop_contract(runs):
+def _generation_follows_the_agent_loop_contract(runs):
     full, _, _, _, _ = runs
     from verl import DataProto
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
@@ -221,6 +221,15 @@ def test_generation_follows_the_agent_loop_contract(runs):
     manager._step = None
     again = manager.generate_sequences(prompts)
     assert torch.equal(again.batch["responses"], out.batch["responses"])
+
+
+def test_the_real_learner_end_to_end(runs):
+    """One test over the module's runs, so pytest-xdist builds them once (on one worker)."""
+    _the_policy_learns_through_verls_update(runs)
+    _dapo_accumulates_generation_batches_of_real_generations(runs)
+    _rlhooks_rewards_and_the_kl_penalty_are_what_verl_trains_on(runs)
+    _resume_from_verls_checkpoint_continues_exactly(runs)
+    _generation_follows_the_agent_loop_contract(runs)
 
 
 def test_replacements_match_the_verl_classes_they_stand_for():
