@@ -52,7 +52,7 @@ bench-quick: setup-test
 	$(PY) -m benchmarks.cpu_learning --quick --out runs/bench-cpu-learning-quick
 
 # the simulator's --compare configurations on the real CPU learner (README "Real learning on CPU"):
-# writes benchmarks/CPU_LEARNING.md, .json and cpu_learning.png; ~25 min on 2 cores
+# writes benchmarks/CPU_LEARNING.md, .json and cpu_learning.png; 23 min measured on 2 cores
 bench-learning: setup-test
 	$(PY) -m benchmarks.cpu_learning
 
