@@ -16,7 +16,7 @@ TORCH_SPEC ?= torch==2.13.0
 # whose fingerprints decide at start-up; see README "Use with verl")
 VERL_SPEC ?= verl[verl-core]==0.9.1
 
-.PHONY: demo test test-slow bench bench-quick docs docs-serve setup setup-test setup-docs clean
+.PHONY: demo test test-slow bench bench-quick bench-learning docs docs-serve setup setup-test setup-docs clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,12 @@ bench: setup-test
 
 bench-quick: setup-test
 	$(PY) -m benchmarks.run_all --quick
+	$(PY) -m benchmarks.cpu_learning --quick --out runs/bench-cpu-learning-quick
+
+# the simulator's --compare configurations on the real CPU learner (README "Real learning on CPU"):
+# writes benchmarks/CPU_LEARNING.md, .json and cpu_learning.png; 23 min measured on 2 cores
+bench-learning: setup-test
+	$(PY) -m benchmarks.cpu_learning
 
 # the reference pages the code is the source of truth for (components, CLI, metrics; hooks.md from
 # the hook specs), then the site; --strict: a broken link, anchor or API reference fails the build

@@ -22,7 +22,7 @@ import pytest
 import rlhooks
 import rlhooks.host
 
-HEAVY = ("torch", "wandb", "tensorboard", "matplotlib", "ray", "verl", "pyarrow", "pandas")
+HEAVY = ("torch", "wandb", "tensorboard", "matplotlib", "ray", "verl", "pyarrow", "pandas", "transformers", "tokenizers")
 PLUGINS_DIR = Path(rlhooks.__file__).parent / "plugins"
 #: modules that host other components rather than being one: they may also use rlhooks.host
 HOSTING_MODULES = {

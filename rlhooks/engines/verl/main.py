@@ -233,8 +233,25 @@ def validate_verl_config(cfg: Any, source: str | None = None) -> None:
         )], f"(from {source} and the command line)" if source else "(from the command line)", kind="verl config") from None
 
 
+def cpu_learner(cfg: Any) -> bool:
+    """``trainer.device=cpu``: the CPU learner (verl's workers in this process, no Ray; engines/verl/cpu).
+    Its platform is installed here, before verl's auto_set_device would turn 'cpu' into 'cuda'."""
+    if cfg.trainer.get("device") != "cpu":
+        return False
+    from rlhooks.engines.verl.cpu import platform
+
+    platform.install()
+    return True
+
+
 def run(cfg: Any) -> None:
-    """verl's main_ppo for a composed config, with the rlhooks TaskRunner."""
+    """verl's main_ppo for a composed config, with the rlhooks TaskRunner (or the CPU learner)."""
+    if cpu_learner(cfg):
+        from rlhooks.engines.verl.cpu import runner
+
+        validate_verl_config(cfg)
+        runner.run(cfg)
+        return
     from verl.trainer.main_ppo import run_ppo
 
     validate_verl_config(cfg)
@@ -245,6 +262,7 @@ def run(cfg: Any) -> None:
 def run_from_args(args: argparse.Namespace) -> int:
     cfg = build_config(args.config, args.overrides, config_dir=args.verl_config_dir,
                        config_name=args.verl_config_name)
+    cpu_learner(cfg)
     validate_verl_config(cfg, args.config)  # --dry-run's verdict is the run's
     if args.dry_run:
         from omegaconf import OmegaConf

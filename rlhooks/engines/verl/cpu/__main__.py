@@ -1,0 +1,23 @@
+"""python -m rlhooks.engines.verl.cpu prepare DIR: the tiny policy and its prompts, for `rlhooks train`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rlhooks.engines.verl.cpu", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    prep = sub.add_parser("prepare", help="build the warm-started tiny policy and write the task prompts")
+    prep.add_argument("directory", help="where to put policy/ and train.parquet (reused when up to date)")
+    args = parser.parse_args(argv)
+    from rlhooks.engines.verl.cpu.runner import prepare
+
+    policy_dir, data = prepare(args.directory)
+    print(f"policy: {policy_dir}\nprompts: {data}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""``rlhooks train`` on CPU: verl's legacy TaskRunner.run, in this process, with CPULearnerTrainer.
+
+verl's TaskRunner (a Ray actor) builds the tokenizer from the model config, the datasets and the
+sampler, then the trainer, its workers, and calls fit(). This does the same steps with verl's own
+functions (``HFModelConfig``, ``create_rl_dataset``, ``create_rl_sampler``, ``validate_config``);
+only the worker groups differ (see ``cpu.trainer``). No Ray is started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rlhooks.engines.verl.cpu import platform
+
+
+def verl_overrides(policy_dir: str | Path, train_file: str | Path, val_file: str | Path | None = None, *,
+                   micro_batch: int = 64) -> list[str]:
+    """The verl settings the CPU learner needs (as Hydra overrides); the example config holds the same.
+    ``micro_batch`` must divide every log-prob and update batch (verl asserts it): gen_batch_size * n."""
+    return [
+        f"data.train_files={train_file}", f"data.val_files={val_file or train_file}",
+        "data.max_prompt_length=16", "data.max_response_length=24", "data.dataloader_num_workers=0",
+        "data.filter_overlong_prompts=false",
+        f"actor_rollout_ref.model.path={policy_dir}", "actor_rollout_ref.model.use_remove_padding=false",
+        "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2",
+        "actor_rollout_ref.actor.optim.lr=1e-4",  # 1e-3 undid the warm-start within 3 steps (accuracy 0.40 -> 0.22)
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro_batch}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro_batch}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro_batch}",
+        "actor_rollout_ref.rollout.response_length=24", "actor_rollout_ref.rollout.temperature=1.0",
+        "reward.custom_reward_function.path=pkg://rlhooks.plugins.rewards.verl_adapter",
+        "reward.custom_reward_function.name=compute_score",
+        "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "trainer.use_v1=false",
+    ]
+
+
+def use_portable_attention(cfg: Any) -> None:
+    """transformers' ``sdpa`` attention unless the config names one: verl's default, flash_attention_2,
+    needs a GPU (and the Hydra key is absent from verl's config, so a YAML ``verl:`` section cannot add it)."""
+    from omegaconf import open_dict
+
+    with open_dict(cfg):
+        cfg.actor_rollout_ref.model.override_config.setdefault("attn_implementation", "sdpa")
+
+
+def check_local_files(cfg: Any) -> None:
+    """The CPU learner reads a local policy and local prompts (nothing is downloaded): a missing one is a
+    ConfigError saying how to make them, not a traceback from transformers or the dataset loader."""
+    from rlhooks.core.errors import ConfigError, ConfigIssue
+
+    issues = []
+    policy_dir = Path(str(cfg.actor_rollout_ref.model.path)).expanduser()
+    if not (policy_dir / "config.json").is_file():
+        issues.append(ConfigIssue("verl.actor_rollout_ref.model.path", f"no model at {policy_dir} (no config.json)"))
+    files = cfg.data.train_files
+    for f in [files] if isinstance(files, str) else list(files):
+        if not Path(str(f)).expanduser().is_file():
+            issues.append(ConfigIssue("verl.data.train_files", f"no file {f}"))
+    if issues:
+        hint = ("the CPU learner (trainer.device=cpu) trains a local policy: make the tiny one and its prompts "
+                "with `python -m rlhooks.engines.verl.cpu prepare runs/tiny`, or point these keys at your own")
+        raise ConfigError([*issues, ConfigIssue("verl.trainer.device", hint)], "(the verl config)",
+                          kind="verl config")
+
+
+def build_trainer(cfg: Any, *, rlhooks_plugins: Iterable[tuple[str, Any]] = ()):
+    """The CPU learner for a composed verl config (with its ``rlhooks:`` block), workers initialized."""
+    check_local_files(cfg)
+    platform.install()  # before anything asks verl for its platform
+    from verl.trainer.ppo.utils import Role, create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    from rlhooks.engines.verl.cpu.trainer import CPULearnerTrainer
+
+    if need_critic(cfg):
+        raise ValueError("the CPU learner trains without a critic: use a critic-free advantage estimator "
+                         "(algorithm.adv_estimator=grpo, rloo, ...)")
+    use_portable_attention(cfg)
+    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=False)
+    model_config = omega_conf_to_dataclass(cfg.actor_rollout_ref.model)
+    tokenizer, processor = model_config.tokenizer, model_config.processor
+    train = create_rl_dataset(cfg.data.train_files, cfg.data, tokenizer, processor, is_train=True,
+                              max_samples=cfg.data.get("train_max_samples", -1))
+    val = create_rl_dataset(cfg.data.val_files, cfg.data, tokenizer, processor, is_train=False,
+                            max_samples=cfg.data.get("val_max_samples", -1))
+    roles = {Role.ActorRollout: object}
+    if need_reference_policy(cfg):
+        roles[Role.RefPolicy] = object
+    trainer = CPULearnerTrainer(
+        config=cfg, tokenizer=tokenizer, processor=processor, role_worker_mapping=roles,
+        resource_pool_manager=None, train_dataset=train, val_dataset=val, collate_fn=collate_fn,
+        train_sampler=create_rl_sampler(cfg.data, train), rlhooks_plugins=rlhooks_plugins,
+    )
+    trainer.init_workers()
+    return trainer
+
+
+def run(cfg: Any) -> None:
+    build_trainer(cfg).fit()
+
+
+def prepare(directory: str | Path) -> tuple[Path, Path]:
+    """The warm-started policy (``<dir>/policy``) and the RL prompts (``<dir>/train.parquet``)."""
+    from rlhooks.engines.verl.cpu import policy, tasks
+
+    directory = Path(directory)
+    return policy.build_policy(directory / "policy"), tasks.write_dataset(directory / "train.parquet")
