@@ -65,7 +65,9 @@ CHARTS: tuple[Chart, ...] = (
         Panel("reward per source (trained rows)", r"source/<name>/reward", "mean reward", smooth=3, source_metric="reward"),
         Panel("curriculum percentile", r"curriculum/percentile", "% of items unlocked"),
         Panel("filter kept ratio", r"filter/kept_ratio", "kept / generated groups"),
-    ), "no accuracy, source, curriculum or filter metrics"),
+        # verl's validation (a real learner's curve: trainer.test_freq steps apart)
+        Panel("validation accuracy per source (verl)", r"val-core/(?P<label>.+)/acc/mean@1", "accuracy"),
+    ), "no accuracy, source, curriculum, filter or validation metrics"),
     Chart("batch_composition.png", "Batch composition per source", (
         Panel("trained rows per source", r"source/<name>/count", "trajectories", stacked=True, smooth=5, source_metric="count"),
         Panel("generated rows per source", r"source/<name>/generated_count", "trajectories", stacked=True, smooth=5, source_metric="generated_count"),
