@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import http.server
-import shutil
 import subprocess
 import sys
 import threading
@@ -13,15 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from ..headless_browser import CHROMEDRIVER, CHROMIUM, MISSING, chromium
 from .pages import ROOT
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("mkdocs", reason="the [docs] extra is not installed: pip install -e '.[docs]'")
 pytest.importorskip("selenium", reason="selenium is part of the test extra")
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 if not (CHROMIUM and CHROMEDRIVER):
-    pytest.skip("Debian chromium + chromium-driver not installed (apt-get install chromium chromium-driver)",
-                allow_module_level=True)
+    pytest.skip(MISSING, allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
@@ -48,20 +46,8 @@ def site_url(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    opts = Options()
-    opts.binary_location = CHROMIUM
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        opts.add_argument(a)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    driver.set_page_load_timeout(60)
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def test_any_builtins_options_are_one_click_from_the_home_page(site_url: str, browser, tmp_path: Path) -> None:

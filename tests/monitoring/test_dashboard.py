@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -18,13 +17,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from ..headless_browser import CHROMEDRIVER, CHROMIUM, MISSING, chromium
 from .conftest import DEMO_STEPS as STEPS
 
 pytest.importorskip("streamlit", reason="the dashboard extra is not installed (pip install 'rlhooks[dashboard]')")
 selenium = pytest.importorskip("selenium", reason="selenium is part of the test extra")
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-pytestmark = pytest.mark.skipif(
-    not (CHROMIUM and CHROMEDRIVER), reason="Debian chromium + chromium-driver not installed (apt-get install chromium chromium-driver)")
+pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason=MISSING)
 
 LIVE_STEPS = 5
 PANELS = ("overview", "hacking", "functions", "quality", "dynamics", "sources", "sampler", "filter", "alerts", "samples", "raw")
@@ -96,20 +95,8 @@ def server(runs, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    opts = Options()
-    opts.binary_location = CHROMIUM
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        opts.add_argument(a)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    driver.set_page_load_timeout(60)
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 SNAPSHOT_JS = """

@@ -101,7 +101,7 @@ def train(cluster: LocalRayCluster, plugin_site: Path, model_files: dict[str, Pa
                                             "use_kl_loss": False}},
             "algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False},
             "trainer": {"logger": ["console"], "total_training_steps": 2, "total_epochs": 1, "save_freq": 2,
-                        "test_freq": -1, "val_before_train": False, "device": "cpu", "n_gpus_per_node": 1,
+                        "test_freq": -1, "val_before_train": False, "n_gpus_per_node": 1,
                         "experiment_name": NAME, "default_local_dir": checkpoints},
         },
     }))
