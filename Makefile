@@ -13,7 +13,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 # Installed first, on its own: an unpinned torch (pulled in by verl) would bring CUDA packages.
 TORCH_SPEC ?= torch==2.13.0
 # the verl the test suite runs on: the reviewed one (the [verl] extra allows the next minor for users,
-# whose fingerprints decide at start-up; see README "Use with verl")
+# whose fingerprints decide at start-up; see docs/how-to/verl.md#install)
 VERL_SPEC ?= verl[verl-core]==0.9.1
 
 .PHONY: demo test test-slow bench bench-quick bench-learning docs docs-serve setup setup-test setup-docs clean
@@ -58,8 +58,8 @@ bench-quick: setup-test
 	$(PY) -m benchmarks.run_all --quick
 	$(PY) -m benchmarks.cpu_learning --quick --out runs/bench-cpu-learning-quick
 
-# the simulator's --compare configurations on the real CPU learner (README "Real learning on CPU"):
-# writes benchmarks/CPU_LEARNING.md, .json and cpu_learning.png; 23 min measured on 2 cores
+# the simulator's --compare configurations on the real CPU learner (docs/how-to/cpu-learner.md):
+# writes benchmarks/CPU_LEARNING.md, .json and docs/img/cpu_learning.png; 23 min measured on 2 cores
 bench-learning: setup-test
 	$(PY) -m benchmarks.cpu_learning
 

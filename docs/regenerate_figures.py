@@ -1,18 +1,18 @@
-"""Regenerate the README's simulator figures: docs/img/*.png and the text they sit next to.
+"""Regenerate the simulator figures of the README and the site: docs/img/*.png and the text beside them.
 
     python docs/regenerate_figures.py [--work DIR] [--no-dashboard]
 
-Runs, in DIR (default: a new temporary directory, so the README's paths read ``runs/...``):
+Runs, in DIR (default: a new temporary directory, so the docs' paths read ``runs/...``):
 
-* ``rlhooks simulate`` (the demo: its terminal output for "Try it", its report's overview chart
+* ``rlhooks simulate`` (the demo: its terminal output for the README and the tutorial, its report's overview chart
   -> docs/img/report.png) and the same with ``--seed 1 --set run.name=seed1``;
 * ``rlhooks dashboard runs/demo runs/seed1`` in headless Chromium (selenium, the ``[dashboard]``
   and ``[test]`` extras and Debian's chromium + chromium-driver) -> docs/img/dashboard.png;
-* the README's ``--compare`` commands: uniform / curriculum / dapo, and dapo / dapo_adaptive /
+* the ``--compare`` commands of docs/how-to/selective-rollout.md: uniform / curriculum / dapo, and dapo / dapo_adaptive /
   selective / learnability at the default target and at 0.7 (its chart ->
   docs/img/selective_comparison.png).
 
-Text outputs are printed (and kept in DIR/*.txt) for pasting into the README; the PNGs are copied.
+Text outputs are printed (and kept in DIR/*.txt) for pasting into the README and the pages; the PNGs are copied.
 """
 
 from __future__ import annotations

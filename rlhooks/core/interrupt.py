@@ -35,7 +35,7 @@ from typing import Any
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 #: the documented bound on how long the run's end keeps going after a signal during derived work
-#: (the report): the work is stopped at its next Python instruction; see README "Guarantees"
+#: (the report): the work is stopped at its next Python instruction; see docs/explanation/guarantees.md
 END_GRACE_S = 5.0
 
 #: the last run outcome recorded in this process (None: no run was recorded)

@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # the Sampler base imports torch; only annotations need it he
 log = structlog.get_logger("rlhooks.manager")
 
 MAX_CONSECUTIVE_FAILURES = 3
-#: characters kept of one table cell's text before any backend sees it (README "Guarantees"):
+#: characters kept of one table cell's text before any backend sees it (docs/explanation/guarantees.md):
 #: a 1M-character field costs every backend, and metrics.jsonl, no more than this
 TABLE_CELL_MAX_CHARS = 10_000
 

@@ -88,7 +88,7 @@ def test_raising_backend_is_isolated_and_disabled(installed_test_backends, tmp_p
     assert sum(1 for k, _ in counting.events if k == "table") == 50
     records = _jsonl(tmp_path / "run" / "metrics.jsonl")
     assert sum(len(r["metrics"]) for r in records if r["kind"] == "metrics") == 100
-    # a backend lost data, so the run does not end "success" (README, Guarantees)
+    # a backend lost data, so the run does not end "success" (docs/explanation/guarantees.md)
     assert records[-1] == {**records[-1], "kind": "run_end", "status": "failed"}
 
 

@@ -134,7 +134,7 @@ def test_boolean_acc_column_works():
 def test_rounding_constant_group_is_dropped_unlike_np_std():
     # np.std([0.1]*3) is 1.4e-17 > 0, so the recipe would keep this constant group; we do not.
     assert np.std([0.1] * 3) > 0
-    # the README's example: a group of 12 rounds above 0, a power-of-two group of 16 does not
+    # the DAPO page's example: a group of 12 rounds above 0, a power-of-two group of 16 does not
     assert np.std([0.1] * 12) > 0 and np.std([0.1] * 16) == 0
     uids = np.array(list("aaa"), dtype=object)
     d = DapoGroupFilter(DapoOptions(metric="score")).select(make_batch(uids, np.full(3, 0.1), "score"))

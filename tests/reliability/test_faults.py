@@ -117,7 +117,7 @@ def test_raising_backend_run_completes_and_others_get_everything(dispatch_site, 
     engine, logged = _engine(cfg, sim_data, tmp_path / "run")
     with structlog.testing.capture_logs() as logs:
         engine.run()
-    # the training finished, but a backend lost data: never "success" (see README, Guarantees)
+    # the training finished, but a backend lost data: never "success" (docs/explanation/guarantees.md)
     assert engine.step == STEPS and logged.status == ["failed"]
     raising = _rec(engine, "test_raising")
     assert raising.disabled and raising.total_failures >= MAX_CONSECUTIVE_FAILURES

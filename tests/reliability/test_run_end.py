@@ -1,4 +1,4 @@
-"""Issue 18: one outcome everywhere, an ordered and bounded end (see README "Guarantees")."""
+"""Issue 18: one outcome everywhere, an ordered and bounded end (docs/explanation/guarantees.md)."""
 
 from __future__ import annotations
 

@@ -314,7 +314,7 @@ def test_feedback_means_with_unordered_sources_match_a_loop(data: DatasetColumns
 
 
 def test_per_batch_counts_within_two_rows_of_the_weights() -> None:
-    """README: running totals within one row of the exact share, a single batch within two."""
+    """docs/how-to/samplers.md: running totals within one row of the exact share, a single batch within two."""
     names = tuple(f"s{i}" for i in range(7))
     data = two_sources(n_each=300, names=names)
     weights = dict(zip(names, [1.0, 2.0, 3.0, 0.5, 0.7, 1.3, 2.9]))

@@ -183,7 +183,7 @@ def test_simulated_prompts_stay_solved_or_unsolved_like_real_ones(tmp_path):
 
 
 def test_compare_selective_generates_less_to_reach_the_target(tmp_path):
-    """The README's comparison at a smaller size (300 rows per source, 50 steps, the default target
+    """The selective-rollout page's comparison at a smaller size (300 rows per source, 50 steps, the default target
     0.8): dapo + selective_rollout reaches the mean-accuracy target with at least 1.5x fewer generated
     trajectories than dapo (measured 1.79x), at a final accuracy at least as good. Adaptive sizing
     alone (dapo_adaptive.yaml) measures 1.20x here, so the margin is selective_rollout's skipping."""

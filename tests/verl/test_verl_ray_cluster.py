@@ -1,4 +1,4 @@
-"""`rlhooks train` on a Ray cluster of two nodes (README "Use with verl" / "On a Ray cluster").
+"""`rlhooks train` on a Ray cluster of two nodes (docs/how-to/verl.md, "On a Ray cluster").
 
 Two ``ray start`` processes on this machine (ray_cluster.py): a head with no CPUs, as clusters often
 keep it, and a worker node, both with the example plugin package installed (its site directory on

@@ -188,7 +188,7 @@ def warn_unshared_paths(config: Any) -> list[str]:
             f"{key} is relative ({value!r}) on a Ray cluster of {len(alive)} nodes: {what} is "
             f"{os.path.abspath(target)} on {node}, where Ray placed the TaskRunner that writes it, not on the "
             f"machine that ran `rlhooks train`. Set {key} to an absolute path on storage every node can reach "
-            f"(e.g. {key}=/shared/...), see README 'On a Ray cluster'"
+            f"(e.g. {key}=/shared/...), see docs/how-to/verl.md, 'On a Ray cluster'"
         )
         log.warning(messages[-1])
     return messages

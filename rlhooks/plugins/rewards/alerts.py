@@ -29,7 +29,7 @@ When several keys end that way the first namespace of ``NAMESPACE_ORDER`` wins
 An alert whose metric never appeared in any step is listed at run end under ``never_seen`` in
 the summary, with the closest logged keys as a did-you-mean.
 
-``default_alerts: true`` on ``reward_monitor`` adds ``DEFAULT_ALERTS`` (see README).
+``default_alerts: true`` on ``reward_monitor`` adds ``DEFAULT_ALERTS`` (see docs/how-to/rewards.md).
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def did_you_mean(name: str, keys: Iterable[str], n: int = 3) -> list[str]:
     return close[:n]
 
 
-#: the alert set ``default_alerts: true`` turns on (documented in the README)
+#: the alert set ``default_alerts: true`` turns on (documented in docs/how-to/rewards.md)
 DEFAULT_ALERTS: tuple[AlertSpec, ...] = (
     AlertSpec(metric="rewards/signal_to_noise", condition="less", threshold=0.5, level="warning",
               message="weak reward signal: |mean| / std below 0.5"),

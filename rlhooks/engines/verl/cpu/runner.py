@@ -17,7 +17,8 @@ from rlhooks.engines.verl.cpu import platform
 
 def verl_overrides(policy_dir: str | Path, train_file: str | Path, val_file: str | Path | None = None, *,
                    micro_batch: int = 64) -> list[str]:
-    """The verl settings the CPU learner needs (as Hydra overrides); the example config holds the same.
+    """The verl settings the CPU learner needs (as Hydra overrides); the example config sets the
+    same kinds of keys (its micro-batch sizes differ).
     ``micro_batch`` must divide every log-prob and update batch (verl asserts it): gen_batch_size * n."""
     return [
         f"data.train_files={train_file}", f"data.val_files={val_file or train_file}",

@@ -1,7 +1,7 @@
 """The tiny learner's tasks and tokenizer, built locally (nothing downloaded).
 
 Three arithmetic families from the simulator's ``arith_*`` sources, small enough for a model of
-~100k parameters: questions in the simulator's wording (``What is 3 + 5?``) and answers in the
+~76k parameters: questions in the simulator's wording (``What is 3 + 5?``) and answers in the
 format the built-in reward functions score,
 ``<reasoning>3 + 5 = 8</reasoning><answer>8</answer>``. The dataset is a parquet file in verl's
 RL layout (``prompt`` chat list, ``data_source``, ``reward_model.ground_truth``,
