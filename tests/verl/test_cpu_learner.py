@@ -323,3 +323,28 @@ def test_a_missing_policy_is_a_config_error_that_says_how_to_make_it(tmp_path, c
     assert "verl.actor_rollout_ref.model.path: no model at runs/tiny/policy" in err
     assert "verl.data.train_files: no file runs/tiny/train.parquet" in err
     assert "python -m rlhooks.engines.verl.cpu prepare runs/tiny" in err and "Traceback" not in err
+
+
+@pytest.mark.slow  # the documented commands, each its own process (~1-2 min)
+def test_the_documented_commands_train_for_real_and_report_the_validation_curve(tmp_path):
+    """docs/how-to/cpu-learner.md: prepare -> rlhooks train on the example config -> rlhooks report."""
+    import json
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "configs" / "verl_cpu_tiny.yaml"
+    run = lambda *args: subprocess.run([sys.executable, "-m", *args], cwd=tmp_path, capture_output=True,  # noqa: E731
+                                       text=True, timeout=600)
+    prep = run("rlhooks.engines.verl.cpu", "prepare", "runs/tiny")
+    assert prep.returncode == 0, prep.stderr[-3000:]
+    train = run("rlhooks.cli", "train", "--config", str(example), "trainer.total_training_steps=2",
+                "trainer.test_freq=2", "trainer.save_freq=-1")
+    assert train.returncode == 0, (train.stdout + train.stderr)[-5000:]
+    run_dir = tmp_path / "runs" / "verl-cpu-tiny"
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    val = [r for r in records if r.get("kind") == "metrics" and any(k.startswith("val-core/") for k in r["metrics"])]
+    assert val and all(0.0 <= v <= 1.0 for r in val for k, v in r["metrics"].items() if k.endswith("/acc/mean@1"))
+    assert records[-1]["kind"] == "run_end" and records[-1]["status"] == "success"
+    report = run("rlhooks.cli", "report", str(run_dir))
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert (run_dir / "report" / "overview.png").stat().st_size > 0
