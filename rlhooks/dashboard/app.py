@@ -96,6 +96,13 @@ def strip(prefix: str):
     return lambda k: k[len(prefix):] if k.startswith(prefix) else k
 
 
+VAL_ACC = "/acc/mean@1"  # verl's greedy validation accuracy: val-core/<source>/acc/mean@1
+
+
+def val_source(key: str) -> str:
+    return key[len("val-core/"):-len(VAL_ACC)]
+
+
 def _int(v: float | None) -> int | None:
     return None if v is None else int(v)
 
@@ -228,6 +235,10 @@ def panel_sources(runs: list[RunTail]) -> None:
         (lines(runs, per_source("generated_reward"), "mean reward by source (generated)", source_label),
          "source_generated_reward", "No source/<name>/generated_reward metrics."),
     ])
+    # a real learner's curve: verl's validation every trainer.test_freq steps (absent from simulated runs)
+    val = lines(runs, keys("val-core/", VAL_ACC), "validation accuracy by source (verl)", val_source, "accuracy")
+    if val is not None:
+        show(val, "val_acc", "")
 
 
 def panel_sampler(runs: list[RunTail]) -> None:
