@@ -65,5 +65,4 @@ def test_the_sources_panel_draws_verls_validation_accuracy_per_source(tmp_path, 
     spec = next(c.proto.spec for c in page.get("plotly_chart") if "validation accuracy by source" in c.proto.spec)
     drawn = {t["name"]: (plotted(t["x"]), plotted(t["y"])) for t in json.loads(spec)["data"]}
     assert sorted(drawn) == ["add_small", "mul_small"]
-    assert list(drawn["add_small"][0]) == [10, 20] and drawn["add_small"][1] == pytest.approx([0.5, 0.6])
-
+    assert drawn["add_small"][0] == [10, 20] and drawn["add_small"][1] == pytest.approx([0.5, 0.6])
