@@ -59,7 +59,7 @@ bench-quick: setup-test
 	$(PY) -m benchmarks.cpu_learning --quick --out runs/bench-cpu-learning-quick
 
 # the simulator's --compare configurations on the real CPU learner (docs/how-to/cpu-learner.md):
-# writes benchmarks/CPU_LEARNING.md, .json and docs/img/cpu_learning.png; 23 min measured on 2 cores
+# writes benchmarks/CPU_LEARNING.md, .json and docs/img/cpu_learning.png; 17 min alone on 2 cores (23 min sharing them)
 bench-learning: setup-test
 	$(PY) -m benchmarks.cpu_learning
 
