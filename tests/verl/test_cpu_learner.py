@@ -224,7 +224,8 @@ def _generation_follows_the_agent_loop_contract(runs):
 
 
 def test_the_real_learner_end_to_end(runs):
-    """One test over the module's runs, so pytest-xdist builds them once (on one worker)."""
+    """One test over the module's runs, so pytest-xdist builds them once (on one worker); each check
+    below asserts on its own (learning, DAPO accumulation, rewards and KL, exact resume, agent-loop contract)."""
     _the_policy_learns_through_verls_update(runs)
     _dapo_accumulates_generation_batches_of_real_generations(runs)
     _rlhooks_rewards_and_the_kl_penalty_are_what_verl_trains_on(runs)

@@ -71,6 +71,8 @@ def _platform_class():
         def device_count(self) -> int:
             return 1
 
+        # The no-ops below are what these calls mean on the host CPU: one device, always current, no
+        # asynchronous queue to wait on, no caching allocator to tune or empty, no device profiler.
         def set_device(self, device_index: int) -> None:
             pass
 

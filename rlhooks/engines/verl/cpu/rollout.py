@@ -156,4 +156,4 @@ class ColocatedWeights:
         self.updates.append(global_steps)
 
     def sleep_replicas(self) -> None:
-        pass
+        pass  # no separate replicas to put to sleep: generation runs on the actor's module in this process
