@@ -37,7 +37,14 @@ import numpy as np
 import pytest
 
 from rlhooks.core.batch import Batch
-from rlhooks.core.components import FilterDecision, RewardFunction, instantiate, is_reward_function, options_class
+from rlhooks.core.components import (
+    FilterDecision,
+    instantiate,
+    is_reward_function,
+    make_reward_function,
+    options_class,
+    reward_component_problem,
+)
 from rlhooks.core.config import SECTIONS, _converter, load_config, structure_options
 from rlhooks.core.data import DatasetColumns
 from rlhooks.core.registry import Registry
@@ -524,13 +531,14 @@ class RewardFunctionContract(ComponentContract):
 
     @pytest.fixture
     def plugin(self, component: Any, options: Any) -> Any:
-        # As RewardPipeline builds it: RewardFunction classes get options, plain functions are used as is.
+        # As RewardPipeline builds it: reward classes get their options, plain functions are used as is.
         if inspect.isclass(component):
-            assert issubclass(component, RewardFunction), (
-                f"{describe(component)}: a reward-function class must subclass rlhooks.RewardFunction"
+            problem = reward_component_problem(component)
+            assert problem is None and is_reward_function(component), (
+                f"{describe(component)}: a reward-function class must subclass rlhooks.RewardFunction "
+                f"(or define __call__ and no hook){': ' + problem if problem else ''}"
             )
-            return component(options) if options is not None else component()
-        return component
+        return make_reward_function(component, options)
 
     def _score(self, fn: Any, response: str, target: str) -> float:
         value = fn(response, target)

@@ -34,6 +34,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import attrs
 import structlog
 
 from rlhooks.plugins.rewards.functions import BUILTIN_FUNCTIONS, check_answer
@@ -87,12 +88,15 @@ def _resolve(names: tuple[str, ...], options_key: str = "{}") -> tuple[tuple[str
             if not is_reward_function(obj):
                 raise ValueError(f"rlhooks reward {name!r} is an observer plugin, not a reward function")
             fn = obj
-        if isinstance(fn, type) and issubclass(fn, RewardFunction):
+        opts_cls = getattr(fn, "Options", None) if isinstance(fn, type) else None
+        if isinstance(fn, type) and (issubclass(fn, RewardFunction) or (isinstance(opts_cls, type) and attrs.has(opts_cls))):
             # the same validation as a YAML config: every problem with its key path
             fn = fn(build_options(fn.Options, options.get(name), path=f"{OPTIONS_PATH}.{name}", plugin=name))
         elif name in options:
             raise ValueError(f"compute_score: {OPTIONS_PATH}.{name}: reward function {name!r} takes no options "
-                             f"(only a RewardFunction subclass with an Options class does)")
+                             f"(only a reward class with an Options class does)")
+        elif isinstance(fn, type):  # a callable class without options: built as a run builds it
+            fn = fn()
         out.append((name, fn))
     return tuple(out)
 
