@@ -393,7 +393,9 @@ class ${Cls}Filter:
 
 rlhooks calls a backend on its own thread (the training loop never waits for it), and
 ``on_run_start`` runs on that same thread: a thread-bound handle such as an sqlite3 connection
-is opened there, never in ``__init__``.
+is opened there, never in ``__init__``. A file a plugin creates in the run directory is claimed
+first (``rlhooks.claim_output``; ``rlhooks.open_output`` opens a file claimed): a rerun of the
+same run name replaces only what its run claimed, and refuses otherwise.
 """
 
 from __future__ import annotations
@@ -405,7 +407,7 @@ from typing import Any
 
 import attrs
 
-from rlhooks import DispatchOptions, hookimpl
+from rlhooks import DispatchOptions, claim_output, hookimpl
 
 
 class ${Cls}Backend:
@@ -422,7 +424,9 @@ class ${Cls}Backend:
 
     @hookimpl
     def on_run_start(self, run: Any) -> None:
-        self.db = sqlite3.connect(Path(run.run_dir) / self.options.file)
+        path = Path(run.run_dir) / self.options.file
+        claim_output(path)  # before creating it: a rerun of the same run name may then replace it
+        self.db = sqlite3.connect(path)
         self.db.execute("CREATE TABLE IF NOT EXISTS metrics (step INTEGER, name TEXT, value TEXT)")
 
     @hookimpl
