@@ -99,9 +99,10 @@ def plugin_rows(registry: Registry, kind: str | None = None) -> list[dict[str, A
                 row["hooks"] = hooks_of(obj)
                 if kind_ == "reward":  # a reward entry scores, observes (hooks), or cannot be used
                     problem = reward_component_problem(obj)
-                    row["role"] = ("reward function" if is_reward_function(obj) else "observer") if problem is None else None
                     if problem:
                         row["status"], row["error"] = "unusable", problem
+                    else:
+                        row["role"] = "reward function" if is_reward_function(obj) else "observer"
                 row["description"] = describe(obj)
                 deprecated = dict(getattr(obj, "deprecated_names", {}) or {})
                 row["deprecated_aliases"] = {n: deprecated[n] for n in names if n in deprecated}

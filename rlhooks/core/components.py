@@ -101,9 +101,10 @@ def _defines_call(cls: type) -> bool:
 
 
 def _implements_hooks(obj: Any) -> bool:
-    from rlhooks.core.hookspecs import HOOK_NAMES
-
-    return any(getattr(getattr(obj, h, None), "rlhooks_impl", None) is not None for h in HOOK_NAMES)
+    # methods marked by rlhooks.hookimpl (pluggy's marker attribute), read without importing the
+    # hook specs (they import the config, which imports this module)
+    return any(getattr(getattr(obj, name, None), "rlhooks_impl", None) is not None
+               for name in dir(obj) if not name.startswith("__"))
 
 
 def is_reward_function(obj: Any) -> bool:

@@ -63,9 +63,10 @@ class RewardPipeline:
             try:
                 fn = make_reward_function(c.obj, c.options)
             except Exception as exc:
-                raise RLHooksError(f"reward function {c.name!r} at {c.path}: building {c.obj.__qualname__}"
-                                   f"({'options' if options_class(c.obj) else ''}) raised {type(exc).__name__}: {exc}; "
-                                   f"a reward class must build from its Options alone (or from no arguments)") from exc
+                args = "options" if options_class(c.obj) else ""
+                raise RLHooksError(f"reward function {c.name!r} at {c.path}: {c.obj.__qualname__}({args}) raised "
+                                   f"{type(exc).__name__}: {exc}; a reward class must build from its Options alone "
+                                   f"(or from no arguments)") from exc
             entries.append(RewardEntry(c.name, fn, c.weight, c.error_score))
         return cls(entries)
 

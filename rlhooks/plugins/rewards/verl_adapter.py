@@ -34,7 +34,6 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import attrs
 import structlog
 
 from rlhooks.plugins.rewards.functions import BUILTIN_FUNCTIONS, check_answer
@@ -73,7 +72,8 @@ def _options_key(names: tuple[str, ...], options: Mapping[str, Any] | None) -> s
 
 @functools.lru_cache(maxsize=32)
 def _resolve(names: tuple[str, ...], options_key: str = "{}") -> tuple[tuple[str, Callable[..., float]], ...]:
-    from rlhooks import RewardFunction, build_options
+    from rlhooks import build_options
+    from rlhooks.host import options_class
 
     options = json.loads(options_key)
     out = []
@@ -88,8 +88,7 @@ def _resolve(names: tuple[str, ...], options_key: str = "{}") -> tuple[tuple[str
             if not is_reward_function(obj):
                 raise ValueError(f"rlhooks reward {name!r} is an observer plugin, not a reward function")
             fn = obj
-        opts_cls = getattr(fn, "Options", None) if isinstance(fn, type) else None
-        if isinstance(fn, type) and (issubclass(fn, RewardFunction) or (isinstance(opts_cls, type) and attrs.has(opts_cls))):
+        if isinstance(fn, type) and options_class(fn) is not None:  # a RewardFunction or another class with Options
             # the same validation as a YAML config: every problem with its key path
             fn = fn(build_options(fn.Options, options.get(name), path=f"{OPTIONS_PATH}.{name}", plugin=name))
         elif name in options:
