@@ -526,7 +526,11 @@ def _claimed_run(harness: PluginHarness, trajectory_batch_factory: BatchFactory,
 
     run_dir = Path(harness.run.run_dir)
     command = "rlhooks contract test"
-    rd = rundir.RunDirectory.create(run_dir.parent, run_dir.name, command=command)
+    try:
+        rd = rundir.RunDirectory.create(run_dir.parent, run_dir.name, command=command)
+    except rundir.RunDirError as exc:
+        pytest.fail(f"this check runs the plugin in a fresh rlhooks run directory; the run_dir fixture must give an "
+                    f"empty directory ({exc})")
     try:
         if harness.implements("on_run_start"):
             check_none_result(harness.start(), f"{describe(harness.plugin)}.on_run_start")
