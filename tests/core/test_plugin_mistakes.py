@@ -246,3 +246,10 @@ def test_plugins_list_shows_a_callable_reward_class_as_a_reward(third_party, cap
     assert main(["plugins", "list", "--kind", "reward"]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("length_reward"))
     assert "hooks: - (scores as a reward function)" in line
+
+
+def test_the_verl_adapter_builds_a_callable_reward_class_with_its_options(third_party):
+    from rlhooks.plugins.rewards.verl_adapter import compute_score
+
+    out = compute_score("src", "abcd", "x", functions=["length_reward"], options={"length_reward": {"scale": 0.5}})
+    assert out["length_reward"] == 2.0 and out["score"] == 2.0 and out["reward_errors"] == 0.0
