@@ -37,7 +37,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import structlog
 
@@ -343,6 +343,56 @@ def claim(path: str | Path) -> None:
             rd.claim(p[len(root) + 1:].split(os.sep, 1)[0])
 
 
+_OPEN_FLAGS = {"w": os.O_CREAT | os.O_TRUNC, "a": os.O_CREAT | os.O_APPEND, "x": os.O_CREAT | os.O_EXCL}
+
+
+def open_output(path: str | Path, mode: str = "w", *, encoding: str | None = None, newline: str | None = None,
+                buffering: int = -1) -> IO[Any]:
+    """Open a file a plugin writes in the run directory: claimed first (a rerun may replace it), its
+    directories made, never through a symbolic link. Returns the open file, like ``open(path, mode)``.
+
+    ``mode`` is ``w``, ``a`` or ``x``, with ``b`` and ``+`` as ``open`` takes them; text files are
+    UTF-8 unless ``encoding`` says otherwise. Outside a run directory the file is opened the same way,
+    and nothing is claimed.
+    """
+    kind = mode.replace("b", "").replace("+", "").replace("t", "")
+    if kind not in _OPEN_FLAGS or len(set(mode)) != len(mode) or not set(mode) <= set("waxbt+"):
+        raise ValueError(f"open_output: mode must be 'w', 'a' or 'x' (with 'b' or '+'), got {mode!r}; "
+                         f"read files with open()")
+    path = Path(path)
+    claim(path)
+    _refuse_symlinked_parents(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = _OPEN_FLAGS[kind] | (os.O_RDWR if "+" in mode else os.O_WRONLY) | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RunDirError(f"{path} is a symbolic link; rlhooks never writes through one (it may point "
+                              f"outside the run directory): remove it or write another file") from None
+        raise
+    if "b" in mode:
+        return os.fdopen(fd, mode, buffering)
+    return os.fdopen(fd, mode, buffering, encoding=encoding or "utf-8", newline=newline)
+
+
+def _refuse_symlinked_parents(path: Path) -> None:
+    """A directory between the run directory holding ``path`` and ``path`` must not be a symlink."""
+    p = os.path.abspath(path)
+    with _active_lock:
+        roots = [os.path.abspath(rd.path) for rd in _active]
+    for root in roots:
+        if not p.startswith(root + os.sep):
+            continue
+        parts = Path(p[len(root) + 1:]).parts[:-1]
+        current = Path(root)
+        for part in parts:
+            current = current / part
+            if current.is_symlink():
+                raise RunDirError(f"{current} is a symbolic link; rlhooks never writes through one into a place "
+                                  f"the run does not own: remove it or write elsewhere")
+
+
 def check_path_text(path: Any) -> str | None:
     """Why ``path`` cannot be written as a file name (not valid UTF-8, a NUL), or None."""
     text = os.fspath(path)
@@ -422,7 +472,7 @@ def _clear_finished_run(path: Path, command: str, *, dry_run: bool = False) -> N
         if foreign:
             raise RunDirError(
                 f"run directory {path} holds {foreign[0]!r}, which the earlier run did not write, so nothing is "
-                f"replaced; {hint}"
+                f"replaced; {hint}{_unclaimed_hint(path, foreign[0], marker)}"
             )
     if dry_run:
         return
@@ -439,6 +489,22 @@ def _clear_finished_run(path: Path, command: str, *, dry_run: bool = False) -> N
                 target.unlink()
     with contextlib.suppress(FileNotFoundError):
         (path / MARKER_FILE).unlink()
+
+
+def _unclaimed_hint(run_dir: Path, rel: str, marker: dict[str, Any]) -> str:
+    """When ``rel`` was last written while the earlier run ran, a plugin of it most likely made it
+    without claiming it: say how a plugin claims its files."""
+    try:
+        mtime = os.lstat(run_dir / rel).st_mtime
+        started = _dt.datetime.fromisoformat(str(marker["started"])).timestamp()
+        finished = _dt.datetime.fromisoformat(str(marker["finished"])).timestamp()
+    except (OSError, KeyError, TypeError, ValueError):
+        return ""
+    if not started - 1 <= mtime <= finished + 2:  # timestamps are to the second
+        return ""
+    return (f". {rel!r} was written while the earlier run ran, so a plugin of that run probably made it without "
+            f"claiming it: a plugin that writes into the run directory must call rlhooks.claim_output(path) "
+            f"before creating the file (or create it with rlhooks.open_output(path)), so that a rerun may replace it")
 
 
 def adopt_derived(path: str | Path) -> bool:
@@ -519,6 +585,7 @@ def locked(run_dir: str | Path, command: str = "rlhooks") -> Iterator[RunDirLock
 
 
 __all__ = [
-    "RunDirError", "RunDirLock", "RunDirectory", "check_run_name", "check_path_text", "claim", "safe_run_name", "write_atomic", "locked",
+    "RunDirError", "RunDirLock", "RunDirectory", "check_run_name", "check_path_text", "claim", "open_output",
+    "safe_run_name", "write_atomic", "locked",
     "LOCK_FILE", "MARKER_FILE",
 ]

@@ -229,7 +229,9 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 self._shutdown_dump_executor()
                 return
 
-        progress_bar = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress")
+        # disable=None: no bar frames in piped or redirected output
+        progress_bar = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress",
+                            disable=None)
         self.global_steps += 1
         SkipManager.set_step(self.global_steps)
         self.max_steps_duration = 0
