@@ -22,7 +22,7 @@ from rlhooks.core import interrupt, rundir
 from rlhooks.core.errors import RLHooksError
 from rlhooks.core.rundir import LOCK_FILE, MARKER_FILE, RunDirError
 from rlhooks.engines.sim.cli import simulate_run
-from rlhooks.engines.sim.compare import COMPARISON_FILES, compare
+from rlhooks.engines.sim.compare import compare
 
 FAST = ["simulate.rows_per_source=40", "run.train_batch_size=4", "run.gen_batch_size=8", "run.n=4", "run.steps=2",
         "backends=[jsonl]"]
