@@ -118,6 +118,8 @@ def held() -> Iterator[Held]:
 
 #: the longest time bound ``bounded`` takes (about 31 years); the OS timer overflows a little above 9e9 s
 MAX_BOUND_S = 1e9
+#: what ``check_time_bound`` takes, in words
+TIME_BOUND_RULE = f"must be a finite number of seconds from 0 to {MAX_BOUND_S:g} (0: no bound)"
 
 
 def check_time_bound(seconds: Any) -> str | None:
@@ -132,9 +134,6 @@ def check_time_bound(seconds: Any) -> str | None:
         return f"{TIME_BOUND_RULE}, got {seconds!r}"
     return None
 
-
-#: what ``check_time_bound`` takes, in words
-TIME_BOUND_RULE = f"must be a finite number of seconds from 0 to {MAX_BOUND_S:g} (0: no bound)"
 
 
 @contextlib.contextmanager

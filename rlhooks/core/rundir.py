@@ -10,18 +10,25 @@ decides what may happen to such a directory:
   ``<run_dir>/.rlhooks.lock``, a file holding its pid, host and start time. A second run on the
   same directory refuses to start and names that process. The kernel drops the lock when its
   process dies, so a lock left by a dead process is taken over (with a warning naming it).
-  The lock file itself is never deleted (deleting it would let two processes lock two different
-  files of the same name). Re-entrant within a process: an engine's CLI and its RunManager may
-  both hold it.
+  The lock file is opened without following a link and is never truncated unless it is an rlhooks
+  lock file: a link, a hard link, a FIFO or someone's file by that name is refused, left as it was.
+  Only a command that created the lock file and then refused the directory (or failed before
+  writing anything) removes it again, while still holding it; a locker checks after ``flock``
+  that the path still names the file it locked, so two processes never lock two different files
+  of the same name. Re-entrant within a process: an engine's CLI and its RunManager may both hold it.
 * ``RunDirectory``: a directory a command *replaces* on a rerun (``rlhooks simulate``). It is
   marked with ``.rlhooks-simulate`` (JSON: who made it, pid, host, start, and once the run
   ended its status and the entries it wrote). A rerun replaces only a directory with that
   marker whose run *finished*, and deletes only the entries the marker lists; anything else
   in it (a file a user added, a run that was killed and never finished) makes it refuse,
   having deleted nothing.
-* ``write_atomic``: a run-end file (summary.json, ...) is written to a temporary file in the
-  same directory, flushed to disk and renamed over the target: readers see the old file or
-  the whole new one, never a 0-byte or partial file, also when the disk is full.
+  A shared root (``--compare``'s, ``create(rewrites=...)``) is rewritten in place instead: the
+  entries it rewrites must be absent or the earlier run's, and not links; its other entries stay.
+* ``open_atomic`` / ``write_atomic``: a file a run owns under a fixed name (summary.json, the
+  report's page, data.parquet, ...) is written to a temporary file in the same directory, flushed
+  to disk and renamed over the target: readers see the old file or the whole new one, never a
+  0-byte or partial file, also when the disk is full; a link at the target is replaced, never
+  written through, and a link between the run directory and the target is refused.
 """
 
 from __future__ import annotations
@@ -193,12 +200,12 @@ class RunDirLock:
                     raise RunDirError(f"cannot open the lock file {path}: {exc.strerror or exc}") from None
             except OSError as exc:
                 raise RunDirError(f"cannot create the lock file {path}: {exc.strerror or exc}") from None
-            fh = os.fdopen(fd, "r+", encoding="utf-8")  # "r+": never truncates on open
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-                fh.close()
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a FIFO, a device, a hard link to a user's file
+                os.close(fd)
                 kind = _kind(path) if not stat.S_ISREG(st.st_mode) else f"a file with {st.st_nlink} hard links"
                 raise RunDirError(f"{path} is not a lock file rlhooks made ({kind}), so rlhooks leaves it as it is; {what}")
+            fh = os.fdopen(fd, "r+", encoding="utf-8")  # "r+": never truncates on open
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
@@ -210,11 +217,7 @@ class RunDirLock:
                     f"run directory {self.run_dir} is in use by another run ({_holder_text(info) or 'unknown process'}); "
                     f"wait for it to finish, stop it, or choose another run.name / --out"
                 ) from None
-            try:  # the file locked must still be the one at the path (its creator may have removed it)
-                now = os.lstat(path)
-            except FileNotFoundError:
-                now = None
-            if now is None or (now.st_ino, now.st_dev) != (st.st_ino, st.st_dev):
+            if not _names(path, fh):  # the file locked must still be the one at the path (its creator may have removed it)
                 fh.close()
                 continue
             text = ""
@@ -247,9 +250,8 @@ class RunDirLock:
             del _held[key]
             fh, _, created_file, created_dirs = held
             try:
-                if discard and created_file:  # removed while still locked (see _lock_file's inode check)
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(self.run_dir / LOCK_FILE)
+                if discard and created_file and _names(self.run_dir / LOCK_FILE, fh):
+                    os.unlink(self.run_dir / LOCK_FILE)  # while still locked (see _lock_file's inode check)
                 else:
                     fh.seek(0)
                     fh.truncate()  # an empty lock file: the last run ended cleanly
@@ -271,6 +273,15 @@ class RunDirLock:
 
 #: an rlhooks lock file holds one short JSON record (pid, host, start, command)
 _LOCK_MAX = 4096
+
+
+def _names(path: Path, fh: Any) -> bool:
+    """Whether ``path`` (not followed) is the open file ``fh``."""
+    try:
+        now, mine = os.lstat(path), os.fstat(fh.fileno())
+    except OSError:
+        return False
+    return (now.st_ino, now.st_dev) == (mine.st_ino, mine.st_dev)
 
 
 def _kind(path: Path) -> str:
@@ -708,7 +719,7 @@ def locked(run_dir: str | Path, command: str = "rlhooks") -> Iterator[RunDirLock
 
 
 __all__ = [
-    "RunDirError", "RunDirLock", "RunDirectory", "check_run_name", "check_path_text", "claim", "safe_run_name", "write_atomic",
+    "RunDirError", "RunDirInUse", "RunDirLock", "RunDirectory", "check_run_name", "check_path_text", "claim", "safe_run_name", "write_atomic",
     "open_atomic", "locked",
     "LOCK_FILE", "MARKER_FILE",
 ]

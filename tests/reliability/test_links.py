@@ -45,7 +45,8 @@ def _tree(d: Path) -> dict[str, bytes | str]:
 
 
 def _plant(lock: Path, how: str, victim: Path) -> None:
-    """A ``.rlhooks.lock`` that is not rlhooks': a link to a user's file, a hard link, a dangling link, a file."""
+    """A ``.rlhooks.lock`` that is not rlhooks': a link to a user's file, a dangling link, a hard link, a FIFO,
+    a user's file."""
     lock.parent.mkdir(parents=True, exist_ok=True)
     if how == "symlink":
         lock.symlink_to(victim)
@@ -53,6 +54,8 @@ def _plant(lock: Path, how: str, victim: Path) -> None:
         lock.symlink_to(victim.parent / "created-through-the-link")
     elif how == "hardlink":
         os.link(victim, lock)
+    elif how == "fifo":
+        os.mkfifo(lock)
     else:
         lock.write_bytes(VICTIM)
 
@@ -68,7 +71,7 @@ def _configs(tmp_path: Path, *stems: str) -> list[Path]:
 # -- item 1: the run lock -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("how", ["symlink", "dangling", "hardlink", "file"])
+@pytest.mark.parametrize("how", ["symlink", "dangling", "hardlink", "fifo", "file"])
 def test_simulate_never_empties_or_creates_a_file_through_a_planted_lock(tmp_path: Path, how: str, capsys) -> None:
     """`ln -s ~/victim out/fresh/.rlhooks.lock; rlhooks simulate --out out --set run.name=fresh` left the
     victim at 0 bytes (exit 0); now it is refused naming the lock file, the victim as it was."""
