@@ -99,8 +99,10 @@ def compare(
                                  hint=_HINT) as rd:
             for name in names:
                 rd.claim(name)
-            return _compare_in(root, configs, names, overrides, data=data, progress=progress, report=report,
-                               report_timeout_s=report_timeout_s)
+            result = _compare_in(root, configs, names, overrides, data=data, progress=progress, report=report,
+                                 report_timeout_s=report_timeout_s)
+            rd.finish("success" if all(r["status"] == "success" for r in result["runs"]) else "failed")
+    return result
 
 
 def _compare_in(
