@@ -135,7 +135,6 @@ def check_time_bound(seconds: Any) -> str | None:
     return None
 
 
-
 @contextlib.contextmanager
 def bounded(seconds: float | None) -> Iterator[None]:
     """Stop the block with ``TimeBoundExceeded`` after ``seconds`` (main thread; None/0: unbounded).

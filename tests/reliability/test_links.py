@@ -242,7 +242,7 @@ def test_report_timeout_that_cannot_bound_the_report_is_an_argparse_error(tmp_pa
         main(["simulate", "--no-progress", "--out", str(tmp_path), f"--report-timeout={value}"])
     err = capsys.readouterr().err
     assert exc.value.code == 2
-    assert f"argument --report-timeout: must be a" in err and repr(value) in err, err
+    assert "argument --report-timeout: must be a" in err and repr(value) in err, err
     assert os.listdir(tmp_path) == []
 
 
@@ -255,6 +255,17 @@ def test_report_timeout_in_the_python_api_is_checked_before_the_run(tmp_path: Pa
     assert os.listdir(tmp_path) == []
     with interrupt.bounded(interrupt.MAX_BOUND_S):  # the largest bound is a real timer, not an overflow
         assert signal.getitimer(signal.ITIMER_REAL)[0] > interrupt.MAX_BOUND_S - 10
+
+
+def test_report_files_another_process_writes_while_the_run_runs_are_listed_at_its_end(tmp_path: Path) -> None:
+    """The rule behind item 8, in milliseconds: a simulate run owns report/ from its start, so what
+    `rlhooks report` (another process: no claim reaches this one) writes there mid-run is the run's."""
+    with rundir.RunDirectory.create(tmp_path, "r", command="rlhooks simulate") as rd:
+        assert "report" in json.loads((rd.path / MARKER_FILE).read_text())["owned"]
+        (rd.path / "report").mkdir()  # as write_report does, unclaimed in this process
+        (rd.path / "report" / "report.html").write_text("<html>")
+    assert "report/report.html" in json.loads((tmp_path / "r" / MARKER_FILE).read_text())["files"]
+    rundir.check_replaceable(tmp_path / "r", "rlhooks simulate")  # a rerun replaces it (it refused)
 
 
 @pytest.mark.slow
