@@ -62,6 +62,9 @@ def simulate_run(
     logged data). An interrupted or failed run's summary is written too; then the KeyboardInterrupt
     or error is raised again.
     """
+    problem = interrupt.check_time_bound(report_timeout_s)
+    if problem:  # before the run: an unusable bound would otherwise silently mean "no report"
+        raise RLHooksError(f"report_timeout_s (--report-timeout) {problem}")
     config = load_sim_config(source if source is not None else default_config_path(), overrides=list(overrides))
     warn_without_backends(config)
     with fresh_run_dir(config) as rd:
