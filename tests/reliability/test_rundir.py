@@ -275,7 +275,7 @@ def test_open_output_never_writes_through_a_symlink(tmp_path: Path) -> None:
         (rd.path / "linkdir").symlink_to(outside, target_is_directory=True)
         with pytest.raises(RunDirError, match="link.txt is a symbolic link; rlhooks never writes through one"):
             rlhooks.open_output(rd.path / "link.txt", "a")
-        with pytest.raises(RunDirError, match="linkdir is a symbolic link; rlhooks never writes through one"):
+        with pytest.raises(RunDirError, match="linkdir is .*rlhooks never writes a run.s file"):
             rlhooks.open_output(rd.path / "linkdir" / "precious.txt")
         with pytest.raises(ValueError, match="mode must be 'w', 'a' or 'x'"):
             rlhooks.open_output(rd.path / "x.txt", "r")
