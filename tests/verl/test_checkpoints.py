@@ -173,11 +173,11 @@ def _assert_resumable(actor, root: Path, run_dir: Path, where: str) -> int:
 
 
 def test_a_kill_during_a_save_that_rotates_leaves_the_previous_checkpoint_tracked_and_whole(actor, tmp_path):
-    """The point where verl 0.9.1 loses everything: its rotation (max_actor_ckpt_to_keep=1) deletes
-    step 2's actor files as soon as step 3's actor files are written, before data.pt and the tracker;
-    a kill there left a tracker naming a step with no weights. Killed at the first rlhooks.pt write."""
+    """The issue's case: verl 0.9.1's rotation (max_actor_ckpt_to_keep=1) deletes step 2's actor files as
+    soon as step 3's are written, before data.pt and the tracker; a kill there left the tracker on step 2
+    with no weights. Killed here at the same point: the data.pt write."""
     _, _, ops = _save_killed_at(actor, tmp_path / "dry", None)
-    kill_at = next(i for i, o in enumerate(ops) if "rlhooks.pt" in o)
+    kill_at = next(i for i, o in enumerate(ops) if "data.pt" in o)
     root, run_dir, _ = _save_killed_at(actor, tmp_path / "killed", kill_at)
     assert _assert_resumable(actor, root, run_dir, ops[kill_at]) == 2
 
