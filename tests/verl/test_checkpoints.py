@@ -249,7 +249,7 @@ def test_a_garbled_or_deleted_tracker_with_checkpoints_left_is_refused(actor, tw
 def test_training_from_scratch_into_a_run_directory_with_metrics_is_refused(actor, tmp_path):
     root, run_dir = tmp_path / "ckpt", tmp_path / "run"
     metrics = write_metrics(run_dir, [1, 2])  # an earlier run, killed before its first checkpoint
-    with pytest.raises(RLHooksError, match=r"already holds the metrics of steps 1\.\.2 of an earlier run") as err:
+    with pytest.raises(RLHooksError, match=r"already holds the metrics of an earlier run \(from step 1\)") as err:
         resume(actor, root, run_dir)
     assert str(metrics) in str(err.value) and "rlhooks.run.name=" in str(err.value)
     with pytest.raises(RLHooksError, match="spliced"):

@@ -372,28 +372,35 @@ def _way_out(root: Path, roles: Mapping[str, Sequence[str]], *, exclude: Path | 
     return f"There is no other complete checkpoint in {root}: {fresh}"
 
 
-def _metrics_steps(metrics_file: Path) -> tuple[int, int] | None:
-    """(first, last) step of the metrics records in a run's metrics.jsonl, or None when it has none."""
-    from rlhooks.core.records import read_records
-
+def _first_metrics_step(metrics_file: Path) -> int | None:
+    """The step of the first metrics record in a run's metrics.jsonl (None: none), read line by line up
+    to it, so a long run's file is not read whole."""
     if not metrics_file.is_file():
         return None
-    steps = [rec["step"] for _, rec in read_records(metrics_file)
-             if rec is not None and rec.get("kind") == "metrics" and isinstance(rec.get("step"), int)]
-    return (min(steps), max(steps)) if steps else None
+    with metrics_file.open("rb") as fh:
+        for line in fh:
+            if b'"metrics"' not in line or not line.endswith(b"\n"):
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("kind") == "metrics" and isinstance(record.get("step"), int):
+                return record["step"]
+    return None
 
 
-def check_fresh_start(metrics_file: str | Path, root: Path, why: str) -> None:
+def check_fresh_start(metrics_file: str | Path, why: str) -> None:
     """Training from step 1 must not append a second run to a run directory's metrics."""
     metrics_file = Path(metrics_file)
-    steps = _metrics_steps(metrics_file)
-    if steps is None:
+    first = _first_metrics_step(metrics_file)
+    if first is None:
         return
     raise CheckpointError(
-        f"{why}, so this run would train from step 1, but {metrics_file} already holds the metrics of steps "
-        f"{steps[0]}..{steps[1]} of an earlier run: the two would be spliced into one file. To start a new run, "
-        f"give it its own run name (rlhooks.run.name=... or trainer.experiment_name=...) and "
-        f"trainer.default_local_dir, or move {metrics_file.parent} away"
+        f"{why}, so this run would train from step 1, but {metrics_file} already holds the metrics of an earlier "
+        f"run (from step {first}): the two would be spliced into one file. To start a new run, give it its own "
+        f"run name (rlhooks.run.name=... or trainer.experiment_name=...) and trainer.default_local_dir, or move "
+        f"{metrics_file.parent} away"
     )
 
 
@@ -409,7 +416,7 @@ def plan_resume(config: Any, *, use_critic: bool, metrics_file: str | Path) -> R
         if replaced:
             log.warning("resume_mode=disable: training from scratch; this run's checkpoints replace the "
                         "earlier ones of the same steps", checkpoint_dir=str(root), earlier_steps=replaced)
-        check_fresh_start(metrics_file, root, "trainer.resume_mode=disable")
+        check_fresh_start(metrics_file, "trainer.resume_mode=disable")
         return ResumePlan(None)
     if mode == "resume_path":
         path = trainer.get("resume_from_path", None)
@@ -425,7 +432,7 @@ def plan_resume(config: Any, *, use_critic: bool, metrics_file: str | Path) -> R
         return _resume(found, root, roles, f"{root / TRACKER} names step {tracked}")
     complete = newest_complete(root, roles)
     if tracker_problem is None and complete is None:
-        check_fresh_start(metrics_file, root, f"there is no complete checkpoint in {root}")
+        check_fresh_start(metrics_file, f"there is no complete checkpoint in {root}")
         return ResumePlan(None)
     why = tracker_problem or f"{root / TRACKER} is missing while {complete.folder} is a complete checkpoint"
     raise CheckpointError(f"resume_mode=auto will not guess where to resume: {why}. {_way_out(root, roles)}")
