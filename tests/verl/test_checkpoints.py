@@ -77,11 +77,21 @@ def weights_step(actor) -> float:
     return float((p.full_tensor() if hasattr(p, "full_tensor") else p).flatten()[0])
 
 
+_BASE: list = []
+
+
+def verl_config(root: Path, *overrides: str):
+    """verl's composed config (composed once: Hydra takes seconds here) with the overrides merged."""
+    if not _BASE:
+        _BASE.append(compose_verl_config(["trainer.use_v1=false"]))
+    return OmegaConf.merge(_BASE[0], OmegaConf.from_dotlist([f"trainer.default_local_dir={root}", *overrides]))
+
+
 def make_trainer(actor, root: Path, run_dir: Path, *overrides: str):
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     actor.previous_saved_paths = []  # verl's rotation list is per process; here per test
-    cfg = compose_verl_config([f"trainer.default_local_dir={root}", "trainer.use_v1=false", *overrides])
+    cfg = verl_config(root, *overrides)
     trainer = object.__new__(RLHooksRayPPOTrainer)
     trainer.config, trainer.global_steps, trainer._epoch = cfg, 0, 0
     trainer.actor_rollout_wg, trainer.use_critic = actor, False
