@@ -192,7 +192,7 @@ def test_a_kill_during_a_save_that_rotates_leaves_the_previous_checkpoint_tracke
     assert _assert_resumable(actor, root, run_dir, ops[kill_at]) == 2
 
 
-@pytest.mark.slow  # ~25 saves and loads (~10 s here)
+@pytest.mark.slow  # one save and one load per file operation of a save (~20 here)
 def test_a_kill_at_every_file_operation_of_a_save_leaves_a_tracked_complete_checkpoint(actor, tmp_path):
     _, _, ops = _save_killed_at(actor, tmp_path / "dry", None)
     assert any("optim_world_size_1_rank_0.pt" in o for o in ops) and any(o.startswith("unlink") for o in ops)
@@ -327,3 +327,40 @@ def test_a_checkpoint_verl_wrote_alone_still_resumes(actor, tmp_path):
     resumed, step = resume(actor, root, run_dir)
     assert step == 2 and weights_step(actor) == 2 and resumed.rl.loaded is None
 
+
+
+@pytest.mark.slow  # three `rlhooks train` processes on the CPU learner (~1 min each here)
+def test_rlhooks_train_refuses_a_damaged_or_deleted_checkpoint_in_one_line(tmp_path):
+    """The documented CPU-learner commands: 2 steps with max_actor_ckpt_to_keep=1, then a truncated actor
+    file, then the tracked step deleted: each later start exits 1 with one error line, no traceback."""
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "configs" / "verl_cpu_tiny.yaml"
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", *args], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+
+    assert run("rlhooks.engines.verl.cpu", "prepare", "runs/tiny").returncode == 0
+    train = ("rlhooks.cli", "train", "--config", str(example), "trainer.test_freq=-1", "trainer.save_freq=1",
+             "trainer.max_actor_ckpt_to_keep=1")
+    first = run(*train, "trainer.total_training_steps=2")
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    ckpt = tmp_path / "runs" / "verl-cpu-tiny" / "checkpoints"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["global_step_2", TRACKER]  # rotated after the commit
+
+    model = ckpt / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt"
+    model.write_bytes(model.read_bytes()[:100])
+    damaged = run(*train, "trainer.total_training_steps=3")
+    errors = [line for line in damaged.stderr.splitlines() if line.startswith("error:")]
+    assert damaged.returncode == 1 and "Traceback" not in damaged.stderr, damaged.stderr[-3000:]
+    assert len(errors) == 1 and "cannot resume from step 2" in errors[0], damaged.stderr[-3000:]
+    assert "model_world_size_1_rank_0.pt is 100 bytes" in errors[0] and "trainer.resume_mode=disable" in errors[0]
+
+    shutil.rmtree(ckpt / "global_step_2")
+    deleted = run(*train, "trainer.total_training_steps=3")
+    errors = [line for line in deleted.stderr.splitlines() if line.startswith("error:")]
+    assert deleted.returncode == 1 and "Traceback" not in deleted.stderr, deleted.stderr[-3000:]
+    assert len(errors) == 1 and "names step 2" in errors[0] and "the folder does not exist" in errors[0]
+    metrics = (tmp_path / "runs" / "verl-cpu-tiny" / "metrics.jsonl").read_text()
+    assert metrics.count('"kind": "run_start"') == 1  # no second run appended
