@@ -12,14 +12,16 @@ checkpoints into ``trainer.default_local_dir`` (``global_step_<N>/`` folders and
    ``r < W`` for the contents in ``checkpoint.load_contents``; for a layout rlhooks does not know
    (Megatron's), a non-empty folder;
 2. ``data.pt`` (the dataloader's position) is there;
-3. ``rlhooks.pt`` (:data:`STATE_FILE`), written last, lists every file of 1 and 2 with its size
-   (:data:`MANIFEST_KEY`) and each file still has that size. A folder without ``rlhooks.pt`` was
-   written by verl alone (or by an older rlhooks): 1 and 2 decide, and it resumes without rlhooks state.
+3. ``rlhooks.pt`` (:data:`STATE_FILE`), written last, lists every file of the folder (1, 2 and any
+   other the save wrote) with its size (:data:`MANIFEST_KEY`), and each file still has that size.
+   A folder without ``rlhooks.pt`` was written by verl alone (or by an older rlhooks): 1 and 2
+   decide, and it resumes without rlhooks state.
 
 **Save order** (:meth:`CheckpointWriter.save`): an earlier ``rlhooks.pt`` of the same step is removed
-first; the workers' files (verl's managers, with verl's rotation off); ``data.pt`` (atomic); the seal
-``rlhooks.pt`` (atomic); the tracker (atomic): the commit; then the rotation, which removes only older
-checkpoints this process saved, file by file as their seal lists them, never the one just committed.
+first; the workers' files (verl's managers, with verl's rotation off); ``data.pt`` (atomic); any
+further files (``before_seal``); the seal ``rlhooks.pt`` (atomic); the tracker (atomic): the commit;
+then the rotation, which removes only older checkpoints this process saved, file by file as their seal
+lists them, never the one just committed.
 A kill at any point leaves the tracker naming a complete checkpoint (or no tracker before the first one).
 
 **Resume** (:func:`plan_resume`, ``resume_mode=auto``): the tracked checkpoint when it is complete; a
@@ -40,7 +42,7 @@ import os
 import re
 import traceback
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -235,16 +237,16 @@ def write_tracker(root: str | Path, step: int) -> None:
     _fsync_dir(root)
 
 
-def manifest_of(folder: Path, roles: Sequence[str]) -> dict[str, int]:
-    """{relative path: size} of every file of the roles' folders and data.pt."""
+def manifest_of(folder: Path) -> dict[str, int]:
+    """{relative path: size} of every file the save wrote into ``folder`` (its temporary files and the
+    seal itself aside)."""
     out: dict[str, int] = {}
-    for role in roles:
-        for dirpath, _, files in os.walk(folder / role):
-            for name in files:
-                p = Path(dirpath) / name
-                if not p.is_symlink():
-                    out[str(p.relative_to(folder))] = p.stat().st_size
-    out[DATA_FILE] = (folder / DATA_FILE).stat().st_size
+    for dirpath, _, files in os.walk(folder):
+        for name in files:
+            p = Path(dirpath) / name
+            if name.startswith(".") or p.is_symlink() or p == folder / STATE_FILE:
+                continue
+            out[str(p.relative_to(folder))] = p.stat().st_size
     return out
 
 
@@ -297,11 +299,14 @@ class CheckpointWriter:
         return cls(trainer_cfg.default_local_dir, keep=keep_count(trainer_cfg, use_critic),
                    hdfs_dir=trainer_cfg.get("default_hdfs_dir", None))
 
-    def save(self, step: int, workers: Mapping[str, Any], dataloader_state: Any, state: Mapping[str, Any]) -> Path:
+    def save(self, step: int, workers: Mapping[str, Any], dataloader_state: Any, state: Mapping[str, Any],
+             before_seal: Callable[[Path], None] | None = None) -> Path:
         """The checkpoint of ``step``: ``workers`` is {role folder: worker group} (verl's
-        ``save_checkpoint(local_path, hdfs_path, global_step, max_ckpt_to_keep)``). Restates the order
-        of verl 0.9.1's ``RayPPOTrainer._save_checkpoint`` with the tracker moved after the seal and
-        verl's rotation (which deletes the previous checkpoint before the new one is tracked) replaced."""
+        ``save_checkpoint(local_path, hdfs_path, global_step, max_ckpt_to_keep)``); ``before_seal`` writes
+        any further files into the folder (e.g. a V1 trainer's transfer-queue state), which the seal then
+        lists. Restates the order of verl 0.9.1's ``RayPPOTrainer._save_checkpoint`` with the tracker moved
+        after the seal and verl's rotation (which deletes the previous checkpoint before the new one is
+        tracked) replaced."""
         import torch
 
         folder = self.root / f"{STEP_PREFIX}{step}"
@@ -313,7 +318,9 @@ class CheckpointWriter:
             remote = None if self.hdfs_dir is None else os.path.join(self.hdfs_dir, f"{STEP_PREFIX}{step}", role)
             group.save_checkpoint(str(folder / role), remote, step, max_ckpt_to_keep=None)
         _write_atomic(folder / DATA_FILE, lambda tmp: torch.save(dataloader_state, tmp))
-        write_state(folder, state, manifest_of(folder, list(workers)))
+        if before_seal is not None:
+            before_seal(folder)
+        write_state(folder, state, manifest_of(folder))
         _fsync_dir(folder)
         write_tracker(self.root, step)  # the commit
         self._rotate(folder)
