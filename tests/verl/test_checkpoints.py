@@ -287,6 +287,12 @@ def test_a_truncated_actor_file_is_one_error_naming_file_step_and_the_way_out(ac
     assert "cannot resume from step 3" in message and "actor/model_world_size_1_rank_0.pt is 1000 bytes" in message
     assert f"trainer.resume_from_path={root / 'global_step_2'}" in message and "trainer.resume_mode=disable" in message
     assert "\n" not in message
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:  # the way out it names works, and says that step 3 will be replaced
+        override = ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={root / 'global_step_2'}"]
+        assert resume(actor, root, run_dir, *override)[1] == 2 and weights_step(actor) == 2
+    assert [e["later_steps"] for e in logs if "later_steps" in e] == [[3]]
 
 
 def test_a_garbled_actor_file_of_the_right_size_is_one_error_naming_it(actor, two_checkpoints):

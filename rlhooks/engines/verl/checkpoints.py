@@ -454,6 +454,10 @@ def _resume(found: Inspection, root: Path, roles: Mapping[str, Sequence[str]], n
     if not found.sealed:
         log.warning("checkpoint has no rlhooks state; samplers and other components start fresh",
                     folder=str(found.folder))
+    later = [s for s, _ in step_folders(root) if s > found.step]
+    if later:  # e.g. resume_from_path to an earlier step: said, not silent
+        log.warning(f"resuming from step {found.step}: this run's saves replace the later checkpoint folders of "
+                    f"the same steps", checkpoint_dir=str(root), later_steps=later)
     return ResumePlan(found.folder, found.step, found.state)
 
 
