@@ -17,8 +17,8 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from rlhooks.core.errors import RLHooksError
 from rlhooks.engines.verl.cpu import tasks
+from rlhooks.engines.verl.cpu.tasks import PrepareError
 
 RECIPE_FILE = "rlhooks_tiny_policy.json"
 
@@ -115,10 +115,6 @@ def warm_start(model, tokenizer, recipe: PolicyRecipe) -> list[float]:
 #: the default recipe's policy, built once by ``build_policy`` and shipped (~300 KB), so tests and
 #: examples start in a second instead of the warm-start's 10-100 s on a busy 2-core machine
 SHIPPED = Path(__file__).parent / "tiny_policy"
-
-
-class PrepareError(RLHooksError):
-    """``prepare`` would replace files it did not write, or write through a link."""
 
 
 def _holds(directory: Path, recipe: PolicyRecipe) -> bool:

@@ -18,6 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
+from rlhooks.core.errors import RLHooksError
+
+
+class PrepareError(RLHooksError):
+    """``prepare`` would replace files it did not write, or write through a link."""
+
+
 #: source -> description; each is every pair of its operand ranges
 SOURCES: dict[str, str] = {
     "add_small": "a + b with a, b in 0..9 (100 items; complexity 0.1-0.3 by the size of the sum)",
@@ -111,7 +118,6 @@ def check_target(path: str | Path, sources: tuple[str, ...] = tuple(SOURCES)) ->
     the same rows as an earlier rlhooks wrote without one); a PrepareError saying what to do otherwise."""
     import pyarrow.parquet as pq
 
-    from rlhooks.engines.verl.cpu.policy import PrepareError
 
     path = Path(path)
     if path.is_symlink():
