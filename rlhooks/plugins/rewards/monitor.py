@@ -84,6 +84,13 @@ class RewardMonitorOptions:
     task_columns: tuple[str, ...] = ("acc",)
     #: JSON file in the run directory for the run-end summary
     summary_file: str = "reward_monitor.json"
+    #: stop the run (``run.request_stop``: status ``stopped``, a checkpoint) when a critical alert fires
+    stop_on_critical: bool = False
+    #: stop the run when the reward-hacking check, run on the history every ``hacking_check_every``
+    #: steps, says "reward hacking likely" with high confidence
+    stop_on_hacking: bool = False
+    #: steps between in-run reward-hacking checks (with ``stop_on_hacking``; the first at this step)
+    hacking_check_every: int = attrs.field(default=10, validator=attrs.validators.ge(3))
 
 
 class RewardMonitor:
@@ -154,7 +161,28 @@ class RewardMonitor:
             kept[perf] = float(metrics[perf])
         self.history.append((step, kept))
         self._reset(None)
+        self._maybe_stop(step, fired)
         return out
+
+    def _maybe_stop(self, step: int, fired: list[Any]) -> None:
+        """``stop_on_critical`` / ``stop_on_hacking``: ask the engine to end the run after this step."""
+        if self.run is None or self.run.stop_requested:
+            return
+        opts = self.options
+        critical = [a for a in fired if str(a.level) == "critical"] if opts.stop_on_critical else []
+        if critical:
+            a = critical[0]
+            self.run.request_stop(f"critical alert at step {step}: {a.message} (reward_monitor stop_on_critical)")
+            return
+        if opts.stop_on_hacking and len(self.history) >= opts.hacking_check_every and step % opts.hacking_check_every == 0:
+            try:
+                report = RewardAnalyzer(self.history, reward_range=self.reward_range).detect_reward_hacking(
+                    performance_metric=opts.performance_metric)
+            except AnalyzerError as exc:
+                log.info(f"in-run reward-hacking check skipped at step {step}: {exc}")
+                return
+            if report.detected and report.confidence == "high":
+                self.run.request_stop(f"{report.verdict} (checked at step {step}; reward_monitor stop_on_hacking)")
 
     @hookimpl
     def on_run_end(self, status: str) -> None:
