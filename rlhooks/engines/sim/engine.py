@@ -31,6 +31,7 @@ from rlhooks.engines.verl.config import VERL_SECTION, apply_verl_section
 from rlhooks.core.driver import StepDriver
 from rlhooks.core.errors import RLHooksError
 from rlhooks.core.manager import RunManager
+from rlhooks.core.metrics import VALIDATION_SCORE
 from rlhooks.core.registry import Registry
 from rlhooks.core.rundir import claim as claim_output
 from rlhooks.core.rundir import write_atomic
@@ -48,8 +49,6 @@ from rlhooks.engines.sim.learner import (
 log = structlog.get_logger("rlhooks.sim")
 
 GRPO_EPS = 1e-6
-#: ``per_source[source][VALIDATION_SCORE]`` in on_validation_end: the headline held-out score (verl's core metric)
-VALIDATION_SCORE = "score"
 #: where a run's checkpoint goes (a plugin's request_stop), and the pickled SimEngine.state_dict() in it
 CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_FILE = "state.pkl"

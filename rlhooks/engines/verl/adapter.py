@@ -37,6 +37,7 @@ target             ``reward_model["ground_truth"]``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -47,6 +48,7 @@ from torch.utils.data import Dataset
 from rlhooks.core import batch as cols
 from rlhooks.core.batch import Batch
 from rlhooks.core.data import DataError, DatasetColumns, complexity_scores, source_codes
+from rlhooks.core.metrics import VALIDATION_SCORE
 from verl import DataProto
 
 #: non-tensor key carrying the dataset row a prompt was drawn from
@@ -303,4 +305,32 @@ def concat(parts: Sequence[DataProto]) -> DataProto:
     bare = [DataProto(batch=p.batch, non_tensor_batch=p.non_tensor_batch, meta_info={}) for p in parts]
     out = DataProto.concat(bare)
     out.meta_info = meta
+    return out
+
+
+#: one key of verl's validation metrics (``RayPPOTrainer._val_metrics_update``):
+#: ``val-core|val-aux/<data_source>/<var>/<metric>``, metric as verl's ``process_validation_metrics``
+#: names them (``mean@4``, ``std@4``, ``best@4/mean``, ``maj@4/std``, ...); a source may hold '/'
+_VAL_KEY = re.compile(
+    r"^val-(?P<section>core|aux)/(?P<source>.+)/(?P<var>[^/]+)/(?P<metric>(?:mean|std|best|worst|maj)@\d+(?:/(?:mean|std))?)$"
+)
+
+
+def validation_per_source(metrics: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """verl's validation metrics per data source, as ``on_validation_end`` passes them.
+
+    ``per_source[source]["<var>/<metric>"]`` for every per-source key, and ``per_source[source]["score"]``
+    the headline: verl's core metric (``val-core``, the ``mean@<n>`` of ``acc`` when the reward reports
+    it, else of the reward). Keys that name no source (``val-aux/num_turns/*``) are not per source.
+    """
+    out: dict[str, dict[str, float]] = {}
+    for key, value in metrics.items():
+        m = _VAL_KEY.match(key)
+        if m is None:
+            continue
+        name = f"{m['var']}/{m['metric']}"
+        per = out.setdefault(m["source"], {})
+        per[name] = float(value)
+        if m["section"] == "core" and m["metric"].startswith("mean@"):
+            per[VALIDATION_SCORE] = float(value)
     return out
