@@ -260,6 +260,23 @@ def make_config(run_dir: str | Path, *, name: str = "contract", seed: int = 0, *
     return Config(run=RunOptions(name=name, seed=seed, out_dir=str(run_dir.parent), **run))
 
 
+def make_validation_results(step: int = 1, *, sources: tuple[str, ...] = ("gsm8k", "lighteval/MATH"),
+                            seed: int = 0) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """``(metrics, per_source)`` as an engine passes them to ``on_validation_end`` (verl's key names)."""
+    rng = np.random.default_rng([seed, step])
+    metrics: dict[str, float] = {}
+    per_source: dict[str, dict[str, float]] = {}
+    for source in sources:
+        acc = float(rng.uniform())
+        values = {"acc/mean@4": acc, "acc/std@4": float(rng.uniform(0, 0.5)), "acc/maj@4/mean": acc,
+                  "reward/mean@4": 3.0 * acc}
+        for name, v in values.items():
+            section = "val-core" if name in ("acc/mean@4", "acc/maj@4/mean") else "val-aux"
+            metrics[f"{section}/{source}/{name}"] = v
+        per_source[source] = {"score": acc, **values}
+    return metrics, per_source
+
+
 def make_run_context(run_dir: str | Path, config: Config | None = None, **run: Any) -> RecordingRun:
     """A RunContext for ``on_run_start`` over an existing (created) run directory."""
     run_dir = Path(run_dir)
