@@ -62,6 +62,7 @@ def test_tensorboard_resumed_steps_replace_the_earlier_runs(tmp_path: Path) -> N
         np.testing.assert_allclose([e.value for e in events], want, rtol=1e-6)
 
 
+@pytest.mark.slow  # two W&B runs with their service (~11 s on the 2-core machine)
 def test_wandb_resumed_run_continues_its_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-env"))
