@@ -41,7 +41,7 @@ from rlhooks.core import dispatch, hookspecs, interrupt, rundir
 from rlhooks.core.batch import READ_ONLY_HINT, Batch, is_read_only_write
 from rlhooks.core.components import FilterDecision, instantiate
 from rlhooks.core.config import ComponentConfig, Config
-from rlhooks.core.data import DatasetColumns
+from rlhooks.core.data import DataError, DatasetColumns, declared_columns, read_parquet_columns
 from rlhooks.core.errors import WARN_HINT, PluginError, RegistryError, RLHooksError
 from rlhooks.core.hookspecs import undecorated_hook_methods
 from rlhooks.core.learning import LearningState
@@ -254,6 +254,7 @@ class RunManager:
         comp = self.config.sampler
         if comp is None:
             return None
+        data = self._with_declared_columns(comp, data)
         try:
             sampler = comp.obj(comp.options, data, batch_size=batch_size, seed=self.config.run.seed if seed is None else seed)
         except Exception as exc:
@@ -274,6 +275,28 @@ class RunManager:
         self._check_pending()
         self.sampler = sampler
         return sampler
+
+    def _with_declared_columns(self, comp: ComponentConfig, data: DatasetColumns) -> DatasetColumns:
+        """``data`` with the columns the sampler class declares (``Sampler.columns``), read once: from
+        the parquet file ``data`` came from when the engine did not load them already."""
+        who = f"sampler {comp.name!r} ({comp.distribution}) at {comp.path}"
+        try:
+            names = declared_columns(comp.obj)
+        except DataError as exc:
+            raise DataError(f"{who}: {exc}") from None
+        missing = [n for n in names if n not in data.extra]
+        if not missing:
+            return data
+        origin = Path(data.origin)
+        if origin.suffix != ".parquet" or not origin.is_file():
+            raise DataError(
+                f"{who} declares the dataset columns {missing}, but the engine's dataset ({data.origin}) was built "
+                f"without them and is no parquet file to read them from; an engine passes them to DatasetColumns "
+                f"(extra=) or reads them with rlhooks.core.data.read_parquet_columns")
+        try:
+            return attrs.evolve(data, extra={**data.extra, **read_parquet_columns(origin, missing)})
+        except DataError as exc:
+            raise DataError(f"{who} declares the dataset columns {missing}: {exc}") from None
 
     # -- calling hooks --------------------------------------------------------------------
     def _impls(self, hook: str) -> list[tuple[Registered, Callable, tuple[str, ...]]]:

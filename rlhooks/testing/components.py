@@ -39,7 +39,7 @@ import pytest
 from rlhooks.core.batch import Batch
 from rlhooks.core.components import FilterDecision, RewardFunction, instantiate, is_reward_function, options_class
 from rlhooks.core.config import SECTIONS, _converter, load_config, structure_options
-from rlhooks.core.data import DatasetColumns
+from rlhooks.core.data import DatasetColumns, declared_columns
 from rlhooks.core.registry import Registry
 from rlhooks.core.rewards import RewardEntry, RewardPipeline, resolve
 from rlhooks.testing import checks
@@ -162,9 +162,10 @@ class SamplerContract(ComponentContract):
     kind: ClassVar[str] = "sampler"
 
     @pytest.fixture
-    def sampler_data(self) -> DatasetColumns:
-        """The dataset columns the sampler is built over (3 sources, with complexity)."""
-        return make_dataset(120, seed=0)
+    def sampler_data(self, component: Any) -> DatasetColumns:
+        """The dataset columns the sampler is built over (3 sources, with complexity, and the columns
+        the sampler class declares in ``columns``: values in [0, 100), some rows NaN)."""
+        return make_dataset(120, seed=0, columns=declared_columns(component))
 
     @pytest.fixture
     def batch_size(self) -> int:
@@ -300,7 +301,7 @@ class SamplerContract(ComponentContract):
     @pytest.fixture
     def single_source_data(self, sampler_data: DatasetColumns) -> DatasetColumns:
         """A dataset whose rows all come from one source (the first of ``sampler_data``'s)."""
-        return make_dataset(30, sources=(sampler_data.source_names[0],), seed=1)
+        return make_dataset(30, sources=(sampler_data.source_names[0],), seed=1, columns=tuple(sampler_data.extra))
 
     def test_sampler_single_source_dataset(self, sampler_factory: Callable[..., Any], batch_size: int,
                                            single_source_data: DatasetColumns) -> None:

@@ -47,8 +47,11 @@ def make_dataset(
     seed: int = 0,
     complexity: bool = True,
     weights: Sequence[float] | None = None,
+    columns: Sequence[str] = (),
 ) -> DatasetColumns:
-    """A dataset's sampler columns: each row gets a source (every source present) and a complexity."""
+    """A dataset's sampler columns: each row gets a source (every source present) and a complexity;
+    ``columns`` (what a sampler declares in ``Sampler.columns``): float32 values in [0, 100), about
+    one row in 20 NaN (a row without a value), in ``data.extra``."""
     rng = np.random.default_rng(seed)
     k = len(sources)
     if n_rows < k:
@@ -58,7 +61,12 @@ def make_dataset(
     rng.shuffle(codes)
     names = np.asarray(sources, dtype=object)[codes]
     comp = rng.uniform(0.0, 1.0, n_rows).round(3) if complexity else None
-    return DatasetColumns.from_arrays(names, comp, origin="rlhooks.testing.make_dataset")
+    data = DatasetColumns.from_arrays(names, comp, origin="rlhooks.testing.make_dataset")
+    for name in columns:
+        values = rng.uniform(0.0, 100.0, n_rows).astype(np.float32)
+        values[rng.random(n_rows) < 0.05] = np.nan
+        data.extra[name] = values
+    return data
 
 
 def _text_columns(rng: np.random.Generator, n: int, prefix: str) -> np.ndarray:

@@ -47,7 +47,14 @@ from torch.utils.data import Dataset
 
 from rlhooks.core import batch as cols
 from rlhooks.core.batch import Batch
-from rlhooks.core.data import DataError, DatasetColumns, complexity_scores, source_codes
+from rlhooks.core.data import (
+    PROMPT_CHARS,
+    DataError,
+    DatasetColumns,
+    complexity_scores,
+    read_table_columns,
+    source_codes,
+)
 from rlhooks.core.metrics import VALIDATION_SCORE
 from verl import DataProto
 
@@ -86,9 +93,10 @@ class RowIndexedDataset(Dataset):
         return getattr(self.inner, name)
 
 
-def dataset_columns(dataset: Any, needed_by: str = "an rlhooks sampler") -> DatasetColumns:
+def dataset_columns(dataset: Any, needed_by: str = "an rlhooks sampler", columns: Sequence[str] = ()) -> DatasetColumns:
     """``data_source`` and ``extra_info.complexity_score`` of a verl dataset, without its rows
-    (``needed_by``: the configured components that read them, named in errors).
+    (``needed_by``: the configured components that read them, named in errors), and the ``columns``
+    a sampler declares (``Sampler.columns``) as float32 arrays in ``extra``.
 
     Reads the columns of the dataset's HuggingFace ``dataframe`` as Arrow (after verl's own
     filtering and selection, so positions match what the dataloader indexes).
@@ -109,6 +117,8 @@ def dataset_columns(dataset: Any, needed_by: str = "an rlhooks sampler") -> Data
     if "data_source" not in names:
         raise DataError(f"{origin}: {needed_by} needs a 'data_source' column (columns: {', '.join(sorted(names))})")
     wanted = ["data_source"] + (["extra_info"] if "extra_info" in names else [])
+    wanted += [top for top in dict.fromkeys("prompt" if c == PROMPT_CHARS else c.split(".")[0] for c in columns)
+               if top in names and top not in wanted]
     table: pa.Table = frame.select_columns(wanted).with_format("arrow")[:]
     if table.num_rows == 0:
         raise DataError(f"{origin}: the train dataset has no rows (after verl's filtering)")
@@ -118,7 +128,8 @@ def dataset_columns(dataset: Any, needed_by: str = "an rlhooks sampler") -> Data
         info = table.column("extra_info").combine_chunks()
         if pa.types.is_struct(info.type) and info.type.get_field_index("complexity_score") >= 0:
             complexity = complexity_scores(pc.struct_field(info, "complexity_score"), origin)
-    return DatasetColumns(codes, source_names, complexity, origin)
+    extra = read_table_columns(table, columns, origin) if columns else {}
+    return DatasetColumns(codes, source_names, complexity, origin, extra=extra)
 
 
 # -- trajectory ids ------------------------------------------------------------------------------

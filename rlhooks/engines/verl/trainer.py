@@ -42,6 +42,7 @@ from tqdm import tqdm
 
 from rlhooks.core import batch as cols
 from rlhooks.core.batch import Batch
+from rlhooks.core.data import declared_columns
 from rlhooks.core.driver import StepDriver
 from rlhooks.core.errors import ConfigError, ConfigIssue
 from rlhooks.core.manager import RunManager
@@ -185,7 +186,8 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         # the prompt-level learning state (dataset columns) only for what reads it: verl alone takes any dataset
         needs = [f"the rlhooks sampler {c.name!r} ({c.path})" for c in [self.rl.config.sampler] if c is not None]
         needs += [f"the prompt filter {c.name!r} ({c.path})" for c in self.rl.config.prompt_filters]
-        columns = adapter.dataset_columns(train_dataset, needed_by=" and ".join(needs)) if needs else None
+        declared = declared_columns(self.rl.config.sampler.obj) if self.rl.config.sampler is not None else ()
+        columns = adapter.dataset_columns(train_dataset, needed_by=" and ".join(needs), columns=declared) if needs else None
         if columns is not None:
             self.rl.attach_data(columns)
         if self.rl.config.sampler is not None:
