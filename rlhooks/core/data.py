@@ -114,8 +114,9 @@ class DatasetColumns:
         return cls(_small_codes(codes, len(names)), tuple(names.tolist()), comp, origin)
 
     @classmethod
-    def from_parquet(cls, path: str | Path, complexity: bool = True) -> DatasetColumns:
-        """Read ``data_source`` (and ``extra_info.complexity_score``) from a parquet file."""
+    def from_parquet(cls, path: str | Path, complexity: bool = True, columns: Sequence[str] = ()) -> DatasetColumns:
+        """Read ``data_source`` (and ``extra_info.complexity_score``, and the declared ``columns`` into
+        ``extra``) from a parquet file."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -142,7 +143,8 @@ class DatasetColumns:
             if pa.types.is_struct(info) and info.get_field_index("complexity_score") >= 0:
                 ct = pq.read_table(path, columns=[COMPLEXITY_FIELD])
                 comp = complexity_scores(ct.column(0), str(path))
-        return cls(codes, src_names, comp, str(path))
+        extra = read_parquet_columns(path, columns) if columns else {}
+        return cls(codes, src_names, comp, str(path), extra=extra)
 
 
 def declared_columns(component: object) -> tuple[str, ...]:

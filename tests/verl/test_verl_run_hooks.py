@@ -107,3 +107,17 @@ def test_a_plugin_stops_verls_loop_with_a_checkpoint_and_resume_fires_on_load(tm
     make_trainer(verl_config(data_file, tmp_path, 2, {}, "trainer.save_freq=-1"), tokenizer, again).fit()
     assert again.events[0] == ("on_load_checkpoint", 1, ckpt)  # before on_run_start, as documented
     assert sorted({e[1] for e in again.of("on_step_end")}) == [2]
+
+
+def test_verl_dataset_columns_read_what_a_sampler_declares(data_file, tokenizer):
+    from omegaconf import OmegaConf
+
+    from rlhooks.engines.verl.adapter import RowIndexedDataset, dataset_columns
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    cfg = OmegaConf.create({"filter_overlong_prompts": False, "max_prompt_length": 512})
+    ds = RowIndexedDataset(RLHFDataset(data_files=str(data_file), tokenizer=tokenizer, config=cfg))
+    cols = dataset_columns(ds, columns=("prompt_chars", "extra_info.index"))
+    rows = ds.inner.dataframe.to_list()
+    assert cols.column("prompt_chars").tolist() == [float(len(r["prompt"][0]["content"])) for r in rows]
+    assert cols.column("extra_info.index").tolist() == [float(r["extra_info"]["index"]) for r in rows]
