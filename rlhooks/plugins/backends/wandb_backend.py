@@ -313,7 +313,7 @@ class WandbBackend:
                     self._log_charts(self._last_step)
                 except Exception as exc:  # noqa: BLE001 - a chart must not lose the run's finish
                     log.warning("wandb custom charts could not be logged", plugin="wandb", error=f"{type(exc).__name__}: {exc}")
-            self.run.finish(exit_code=0 if status == "success" else 1)
+            self.run.finish(exit_code=0 if status in ("success", "stopped") else 1)  # a requested stop is clean
             self.run = None
 
 
