@@ -134,6 +134,10 @@ def test_reward_monitor_stops_on_high_confidence_hacking_exit_code_3(tmp_path, c
     assert summary["stop_reason"].startswith("reward hacking likely (high confidence)")
     assert summary["stopped_by"].startswith("reward_monitor")
     assert summary["checkpoint"] == str(tmp_path / "planted" / "checkpoint")
+    monitor = json.loads((tmp_path / "planted" / "reward_monitor.json").read_text())
+    assert monitor["status"] == "stopped" and monitor["stop_reason"] == summary["stop_reason"]
+    end = [r for _, r in read_records(tmp_path / "planted" / "metrics.jsonl") if r["kind"] == "run_end"][-1]
+    assert end["stop_reason"] == summary["stop_reason"]
     assert "status: stopped by reward_monitor" in out and "the run was stopped by reward_monitor" in err
 
 

@@ -32,7 +32,11 @@ trend alerts and the run-end analysis is a deque of at most ``history`` steps.
 
 At run end the monitor logs an alert summary and (``analyze_at_end``) the analyzer's quality
 report, function importance and reward-hacking check, and writes them as JSON to
-``<run_dir>/<summary_file>``.
+``<run_dir>/<summary_file>`` (with ``stop_reason`` / ``stopped_by`` when a plugin stopped the run).
+
+``stop_on_critical`` / ``stop_on_hacking`` make the monitor stop the run (``run.request_stop``) on a
+critical alert, or when the reward-hacking check, run on the history every ``hacking_check_every``
+steps, finds hacking likely with high confidence.
 """
 
 from __future__ import annotations
@@ -229,6 +233,8 @@ class RewardMonitor:
             "status": status, "steps": len(self.history), "alerts": self.alerts.summary(),
             "reward_range": list(self.reward_range) if self.reward_range is not None else None,
         }
+        if self.run is not None and self.run.stop_reason:  # a requested stop (this monitor's or another plugin's)
+            out["stop_reason"], out["stopped_by"] = self.run.stop_reason, self.run.stopped_by
         if not self.options.analyze_at_end or not self.history:
             return out
         an = RewardAnalyzer(self.history, reward_range=self.reward_range)
