@@ -27,7 +27,8 @@ import attrs
 import numpy as np
 import structlog
 
-from rlhooks.core.components import RewardFunction
+from rlhooks.core.components import make_reward_function, options_class
+from rlhooks.core.errors import RLHooksError
 
 log = structlog.get_logger("rlhooks.rewards")
 
@@ -85,7 +86,13 @@ class RewardPipeline:
         """From ComponentConfigs of reward functions (classes are instantiated with options)."""
         entries = []
         for c in comps:
-            fn = c.obj(c.options) if inspect.isclass(c.obj) and issubclass(c.obj, RewardFunction) else c.obj
+            try:
+                fn = make_reward_function(c.obj, c.options)
+            except Exception as exc:
+                args = "options" if options_class(c.obj) else ""
+                raise RLHooksError(f"reward function {c.name!r} at {c.path}: {c.obj.__qualname__}({args}) raised "
+                                   f"{type(exc).__name__}: {exc}; a reward class must build from its Options alone "
+                                   f"(or from no arguments)") from exc
             entries.append(RewardEntry(c.name, fn, c.weight, c.error_score))
         return cls(entries)
 

@@ -304,3 +304,11 @@ def test_run_n_runs_until_step_n_not_n_more(small_data, tmp_path):
     resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
     resumed.run(3)  # from step 2: one more step, up to step 3
     assert resumed.step == 3
+
+
+def test_progress_bar_is_off_when_stderr_is_not_a_terminal(tiny_data, tmp_path, capsys):
+    """`rlhooks simulate 2>&1 | tee log`: no bar frames in the piped stream (tqdm's disable=None)."""
+    engine = make_engine(small_config(tmp_path, run={"steps": 1}), tiny_data, tmp_path / "run")
+    engine.run(progress=True)
+    err = capsys.readouterr().err
+    assert "step/s" not in err and "|" not in err and "1/1" not in err, err[-500:]
