@@ -81,7 +81,9 @@ def _run(args: argparse.Namespace) -> int:
         elif recorded != "interrupted":  # it came after the outcome was recorded: that outcome stands
             print(f"rlhooks: {name} arrived after the run's outcome was recorded; the run ended with status "
                   f"{recorded!r}", file=sys.stderr)
-            return 0 if recorded == "success" else 1
+            from rlhooks.core.run import exit_code_of
+
+            return exit_code_of(recorded)
         else:
             print(f"rlhooks: interrupted by {name}; the run ended with status 'interrupted'", file=sys.stderr)
         return interrupt.exit_code(exc)

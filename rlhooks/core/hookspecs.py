@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 import pluggy
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from pathlib import Path
+
     import numpy as np
 
     from rlhooks.core.batch import Batch
@@ -118,6 +120,34 @@ class RLHookSpecs:
         """
 
     @hookspec
+    def on_validation_end(
+        self, step: int, metrics: Mapping[str, float], per_source: Mapping[str, Mapping[str, float]]
+    ) -> dict[str, float] | None:
+        """Fires after the engine validated the policy on held-out data (Lightning's ``on_validation_end``).
+
+        verl validates every ``trainer.test_freq`` steps (and at step 0 with
+        ``trainer.val_before_train``, right after ``on_run_start``); the simulator every
+        ``simulate.test_freq`` steps over its held-out evaluation items. It fires within the step,
+        after the update and before ``on_step_end``, so a sampler or curriculum acts on held-out
+        accuracy for the next step. The latest results also stay on ``run.validation``.
+
+        Arguments:
+            step (int): the step that was validated (0: before training).
+            metrics (Mapping[str, float]): the engine's validation metrics as it logs them (verl's
+                ``val-core/<source>/<var>/<metric>`` and ``val-aux/...`` keys). Read-only view.
+            per_source (Mapping[str, Mapping[str, float]]): the same per data source:
+                ``per_source[source]["score"]`` is the headline (verl's core metric: the mean of
+                ``acc``, else of the reward, over ``n`` validation samples; the simulator's expected
+                accuracy), and ``"<var>/<metric>"`` every metric verl computed for that source, e.g.
+                ``"acc/mean@1"``, ``"reward/mean@4"``, ``"acc/maj@4/mean"``. Read-only.
+
+        Returns: None or a metrics dict, merged into the step's metrics (at step 0, logged with
+        verl's initial validation metrics).
+
+        Must not mutate: ``metrics``, ``per_source``.
+        """
+
+    @hookspec
     def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
         """Fires once per step with all of the step's merged metrics (backends write them out).
 
@@ -161,13 +191,49 @@ class RLHookSpecs:
         """
 
     @hookspec
+    def on_save_checkpoint(self, step: int, checkpoint_dir: Path) -> None:
+        """Fires after the engine saved a checkpoint (Lightning's ``on_save_checkpoint``).
+
+        Every component's ``state_dict()`` (samplers, filters, hook plugins, backends) is already in
+        it: verl's ``global_step_<N>/rlhooks.pt``, the simulator's ``checkpoint/state.pkl``. A plugin
+        that keeps state beyond a small picklable dict (an index, a model) writes its own files
+        into ``checkpoint_dir`` here and reads them back in ``on_load_checkpoint``.
+
+        Arguments:
+            step (int): the step the checkpoint holds (training resumes at ``step + 1``).
+            checkpoint_dir (pathlib.Path): the checkpoint's directory (exists; verl's
+                ``global_step_<N>`` folder, the simulator's ``<run_dir>/checkpoint``).
+
+        Returns: None.
+
+        Must not mutate: files in ``checkpoint_dir`` that the plugin did not write.
+        """
+
+    @hookspec
+    def on_load_checkpoint(self, step: int, checkpoint_dir: Path) -> None:
+        """Fires on a resumed run, once every component's ``load_state_dict()`` restored its state.
+
+        It fires before ``on_run_start`` (as Lightning's does before fitting): the plugin's saved
+        state is back before the run starts, so e.g. the W&B backend continues its W&B run.
+
+        Arguments:
+            step (int): the step the checkpoint holds (training resumes at ``step + 1``).
+            checkpoint_dir (pathlib.Path): the checkpoint's directory (as in ``on_save_checkpoint``).
+
+        Returns: None.
+
+        Must not mutate: the checkpoint's files.
+        """
+
+    @hookspec
     def on_run_end(self, status: str) -> None:
-        """Fires once at the end of a run, also after a failure or an interrupt.
+        """Fires once at the end of a run, also after a failure, an interrupt or a requested stop.
 
         Backends flush and close here. Every metric logged before this call must be written.
 
         Arguments:
-            status (str): ``"success"``, ``"failed"`` or ``"interrupted"``.
+            status (str): ``"success"``, ``"stopped"`` (a plugin called ``run.request_stop(reason)``;
+                the reason is ``run.stop_reason``), ``"failed"`` or ``"interrupted"``.
 
         Returns: None.
 
@@ -177,20 +243,23 @@ class RLHookSpecs:
 
 #: Hook names, in the order they fire in a run.
 HOOK_NAMES: tuple[str, ...] = (
+    "on_load_checkpoint",
     "on_run_start",
     "on_batch_sampled",
     "on_rewards_computed",
+    "on_validation_end",
     "on_step_end",
     "log_metrics",
     "log_table",
     "log_histogram",
+    "on_save_checkpoint",
     "on_run_end",
 )
 
 #: Hooks that only observe; their failures are isolated per plugin by default.
 OBSERVER_HOOKS = frozenset({"log_metrics", "log_table", "log_histogram", "on_run_start", "on_run_end"})
 #: Hooks whose results (metrics dicts) are merged into the step's metrics.
-METRIC_HOOKS = frozenset({"on_batch_sampled", "on_rewards_computed", "on_step_end"})
+METRIC_HOOKS = frozenset({"on_batch_sampled", "on_rewards_computed", "on_validation_end", "on_step_end"})
 
 
 def undecorated_hook_methods(obj: Any) -> list[tuple[str, str]]:

@@ -201,7 +201,7 @@ def signals_interrupt() -> Iterator[None]:
             what = b"the run's outcome may not be fully recorded (run_end, summary.json, the run marker)"
         elif recorded is not None:  # derived work only: the recorded outcome stays the exit status
             what = b"the run's outcome (" + recorded.encode() + b") is recorded; derived files (the report) not written"
-            code = {"success": 0, "interrupted": code}.get(recorded, 1)
+            code = {"success": 0, "stopped": 3, "interrupted": code}.get(recorded, 1)  # core.run.STATUS_EXIT_CODES
         else:
             what = b"backends not flushed and the run's end not recorded"
         os.write(2, b"\nrlhooks: second " + name + b": exiting now; " + what + b"\n")

@@ -41,7 +41,7 @@ from rlhooks.core import dispatch, hookspecs, interrupt, rundir
 from rlhooks.core.batch import READ_ONLY_HINT, Batch, is_read_only_write
 from rlhooks.core.components import FilterDecision, instantiate
 from rlhooks.core.config import ComponentConfig, Config
-from rlhooks.core.data import DatasetColumns
+from rlhooks.core.data import DataError, DatasetColumns, declared_columns, read_parquet_columns
 from rlhooks.core.errors import WARN_HINT, PluginError, RegistryError, RLHooksError
 from rlhooks.core.hookspecs import undecorated_hook_methods
 from rlhooks.core.learning import LearningState
@@ -254,6 +254,7 @@ class RunManager:
         comp = self.config.sampler
         if comp is None:
             return None
+        data = self._with_declared_columns(comp, data)
         try:
             sampler = comp.obj(comp.options, data, batch_size=batch_size, seed=self.config.run.seed if seed is None else seed)
         except Exception as exc:
@@ -274,6 +275,28 @@ class RunManager:
         self._check_pending()
         self.sampler = sampler
         return sampler
+
+    def _with_declared_columns(self, comp: ComponentConfig, data: DatasetColumns) -> DatasetColumns:
+        """``data`` with the columns the sampler class declares (``Sampler.columns``), read once: from
+        the parquet file ``data`` came from when the engine did not load them already."""
+        who = f"sampler {comp.name!r} ({comp.distribution}) at {comp.path}"
+        try:
+            names = declared_columns(comp.obj)
+        except DataError as exc:
+            raise DataError(f"{who}: {exc}") from None
+        missing = [n for n in names if n not in data.extra]
+        if not missing:
+            return data
+        origin = Path(data.origin)
+        if origin.suffix != ".parquet" or not origin.is_file():
+            raise DataError(
+                f"{who} declares the dataset columns {missing}, but the engine's dataset ({data.origin}) was built "
+                f"without them and is no parquet file to read them from; an engine passes them to DatasetColumns "
+                f"(extra=) or reads them with rlhooks.core.data.read_parquet_columns")
+        try:
+            return attrs.evolve(data, extra={**data.extra, **read_parquet_columns(origin, missing)})
+        except DataError as exc:
+            raise DataError(f"{who} declares the dataset columns {missing}: {exc}") from None
 
     # -- calling hooks --------------------------------------------------------------------
     def _impls(self, hook: str) -> list[tuple[Registered, Callable, tuple[str, ...]]]:
@@ -321,6 +344,10 @@ class RunManager:
                 continue
             if not rec.deferred:  # a queued call has not run yet: its worker resets the count
                 rec.failures = 0
+            if self.context.stopped_by is None and self.context.stop_requested:
+                self.context.stopped_by = rec.label  # the hook that just returned asked to stop
+                log.warning(f"{rec.label} requested the run to stop after this step: {self.context.stop_reason}",
+                            plugin=rec.name, path=rec.path, reason=self.context.stop_reason)
             if self.trace:
                 log.debug("hook", hook=hook, plugin=rec.name, path=rec.path, ms=round((time.perf_counter() - t0) * 1e3, 3))
             yield rec, result
@@ -388,6 +415,29 @@ class RunManager:
         live = dict(metrics)
         return self._metrics_hook("on_step_end", live=live, step=step, batch=batch, metrics=MappingProxyType(live))
 
+    def validation_end(self, step: int, metrics: Mapping[str, float],
+                       per_source: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+        """``on_validation_end``; the results also stay on ``RunContext.validation``. Returns the
+        metrics the implementations returned (the engine merges them into the step's)."""
+        self.context.step = step
+        frozen = MappingProxyType({src: MappingProxyType(dict(m)) for src, m in per_source.items()})
+        view = MappingProxyType(dict(metrics))
+        self.context.validation = {"step": step, "metrics": view, "per_source": frozen}
+        return self._metrics_hook("on_validation_end", step=step, metrics=view, per_source=frozen)
+
+    def checkpoint_saved(self, step: int, checkpoint_dir: str | Path) -> None:
+        """``on_save_checkpoint``, after the engine wrote its checkpoint (``state_dict()`` included)."""
+        self.call("on_save_checkpoint", step=step, checkpoint_dir=Path(checkpoint_dir))
+
+    def checkpoint_loaded(self, step: int, checkpoint_dir: str | Path) -> None:
+        """``on_load_checkpoint``, after ``load_state_dict`` restored every component (before ``on_run_start``)."""
+        self.call("on_load_checkpoint", step=step, checkpoint_dir=Path(checkpoint_dir))
+
+    @property
+    def stop_requested(self) -> bool:
+        """A plugin called ``run.request_stop(reason)``: the engine saves a checkpoint and ends the run."""
+        return self.context.stop_requested
+
     def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
         self.call("log_metrics", step=step, metrics=MappingProxyType(dict(metrics)))
 
@@ -408,17 +458,19 @@ class RunManager:
         self.dispatch_emitted()
         recorders = {id(rec) for rec, _, _ in self._impls("on_run_end") if getattr(rec.obj, "records_outcome", False)}
         list(self._each("on_run_end", {"status": status}, skip=recorders))
-        if status == "success" and self.lost_data():
+        if status in ("success", "stopped") and self.lost_data():
             status = "failed"
         self.final_status = status
         list(self._each("on_run_end", {"status": status}, only=recorders))
-        if status == "success" and self.lost_data():  # a recorder itself failed: its record is missing
+        if status in ("success", "stopped") and self.lost_data():  # a recorder itself failed: its record is missing
             status = self.final_status = "failed"
         return status
 
     @contextlib.contextmanager
     def running(self) -> Iterator[RunManager]:
-        """on_run_start on entry; on_run_end with success/failed/interrupted on exit, always.
+        """on_run_start on entry; on_run_end with success/stopped/failed/interrupted on exit, always.
+
+        A run whose body returns after a plugin's ``run.request_stop(reason)`` ends ``"stopped"``.
 
         The run directory is locked for the duration (core/rundir.py). A run whose training
         succeeded but whose logging backends lost data (failed calls, disabled, hung, or dropped
@@ -430,13 +482,13 @@ class RunManager:
             try:
                 self.start()
                 yield self
-                status = "success"
+                status = "stopped" if self.context.stop_requested else "success"
             except KeyboardInterrupt:  # Ctrl-C, and SIGTERM through core/interrupt.py
                 status = "interrupted"
                 raise
             finally:
                 with interrupt.deferred():  # a SIGTERM now waits until the run has ended
-                    if status == "success":
+                    if status in ("success", "stopped"):
                         dispatch.flush_components(self.components)
                         if self.lost_data():
                             status = "failed"
@@ -551,7 +603,12 @@ class RunManager:
             if rec is None:
                 log.warning("saved state for a component that is not in this run; ignored", path=path)
                 continue
-            rec.obj.load_state_dict(sub)
+            load = getattr(rec.obj, "load_state_dict", None)
+            if not callable(load):
+                raise RLHooksError(
+                    f"{rec.kind} {rec.name!r} ({rec.distribution}) at {rec.path} saved its state_dict() but has no "
+                    f"load_state_dict(state): add it (the inverse of state_dict) so a resumed run restores it")
+            load(sub)
 
 
 # -- plugin mistakes: what the error or warning says ---------------------------------------------

@@ -8,6 +8,8 @@ contain anything, slashes included (verl's own datasets are ``openai/gsm8k``,
 from __future__ import annotations
 
 SOURCE_PREFIX = "source/"
+#: ``per_source[source][VALIDATION_SCORE]`` in ``on_validation_end``: a source's headline held-out score
+VALIDATION_SCORE = "score"
 
 
 def source_key(source: str, metric: str) -> str:

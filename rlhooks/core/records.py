@@ -10,6 +10,7 @@ Records (``kind`` says which)::
     {"kind": "histogram", "step": 3, "time": ..., "name": "rewards/distribution", "values": [...]}
     {"kind": "histogram", ..., "summary": {"count": ..., "mean": ..., "std": ..., "min": ..., "p5": ...}}
     {"kind": "run_end", "time": ..., "status": "success"}
+    {"kind": "run_end", "time": ..., "status": "stopped", "stop_reason": "...", "stopped_by": "reward_monitor (rewards[4])"}
 
 JSON has no NaN or infinity: such floats are written as ``null`` (metrics also list them under
 ``nonfinite`` as "nan", "inf" or "-inf"). One record is one line (``encode_record``); a writer

@@ -9,10 +9,17 @@ NaN): the row scores ``error_score``, counts in ``errors[name]`` and also in ``n
 (``rewards/nonfinite_scores/<name>``), and is warned about once per function. A
 ``score_batch`` that returns the wrong shape, or raises while every row scores fine alone, is
 a bug in the function: it is warned about once and the rows are scored one by one.
+
+``score_batch`` is the batched path (an LLM judge or a reward model scoring a whole generation
+batch in one call): it gets every row of the batch at once and may be ``async def`` (its coroutine
+is run to completion here, on a private event loop, so the judge can send its requests
+concurrently). See docs/how-to/rewards.md, "Batched and asynchronous scoring".
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -27,6 +34,25 @@ log = structlog.get_logger("rlhooks.rewards")
 
 #: per-function count of NaN/inf scores (they are also in rewards/errors/<name>)
 NONFINITE_PREFIX = "rewards/nonfinite_scores/"
+
+
+def resolve(result: Any) -> Any:
+    """``result``, or what it awaits to when ``score_batch`` is ``async def`` (run on a private loop;
+    in a worker thread when this thread already runs an event loop)."""
+    if not inspect.isawaitable(result):
+        return result
+
+    async def wait() -> Any:
+        return await result
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # the usual case: the engine's training loop is synchronous
+        return asyncio.run(wait())
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlhooks-score-batch") as pool:
+        return pool.submit(asyncio.run, wait()).result()
 
 
 @attrs.define
@@ -103,7 +129,8 @@ class RewardPipeline:
         batch_fn = getattr(e.fn, "score_batch", None)
         if batch_fn is not None:
             try:
-                values = np.asarray(batch_fn(np.asarray(responses, dtype=object), np.asarray(targets, dtype=object)), float)
+                values = np.asarray(resolve(batch_fn(np.asarray(responses, dtype=object),
+                                                     np.asarray(targets, dtype=object))), float)
                 if values.shape == (len(responses),):
                     return values, 0
                 # a wrong-length result would broadcast into the total: score row by row instead

@@ -27,11 +27,16 @@ class Sampler(torch.utils.data.Sampler[int], abc.ABC):
     engine has the data: ``cls(options, data, batch_size=..., seed=...)``. ``data`` is a
     ``rlhooks.DatasetColumns`` (``len(data)`` rows; ``data.source_names``: tuple of source
     names; ``data.source_codes``: each row's source as a small int into ``source_names``;
-    ``data.complexity``: float32 per row, NaN where absent, or None; ``data.source_counts()``). They usually also
+    ``data.complexity``: float32 per row, NaN where absent, or None; ``data.source_counts()``; the
+    declared ``columns`` as ``data.column(name)``). They usually also
     implement ``on_rewards_computed`` (as ``@hookimpl``) to adapt to rewards.
     """
 
     Options: ClassVar[type] = NoOptions
+    #: dataset columns the sampler reads beyond data_source and complexity, e.g.
+    #: ``("extra_info.difficulty", "prompt_chars")``: read once when the engine builds the sampler, as
+    #: float32 per row (NaN where absent), in ``data.extra`` / ``data.column(name)`` (rlhooks.core.data)
+    columns: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, options: Any, data: DatasetColumns, *, batch_size: int, seed: int = 0) -> None:
         self.options = options

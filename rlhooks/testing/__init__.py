@@ -44,10 +44,13 @@ from rlhooks.testing.contracts import (  # noqa: E402
     LogMetricsContract,
     LogTableContract,
     OnBatchSampledContract,
+    OnLoadCheckpointContract,
     OnRewardsComputedContract,
     OnRunEndContract,
     OnRunStartContract,
+    OnSaveCheckpointContract,
     OnStepEndContract,
+    OnValidationEndContract,
     hook_checked_by,
     implemented_hooks,
 )
@@ -62,11 +65,13 @@ from rlhooks.testing.factories import (  # noqa: E402
     make_step_metrics,
     make_table_rows,
     make_trajectory_batch,
+    make_validation_results,
 )
 
 __all__ = [
     "HookPluginContract", "OnRunStartContract", "OnBatchSampledContract", "OnRewardsComputedContract",
     "OnStepEndContract", "LogMetricsContract", "LogTableContract", "LogHistogramContract", "OnRunEndContract",
+    "OnValidationEndContract", "OnSaveCheckpointContract", "OnLoadCheckpointContract", "make_validation_results",
     "ComponentContract", "SamplerContract", "FilterContract", "RewardFunctionContract", "BackendContract",
     "ReadBack", "PromptFilterContract", "HOOK_CONTRACTS", "COMPONENT_CONTRACTS", "PluginHarness", "RecordingRun",
     "make_dataset", "make_prompt_batch", "make_trajectory_batch", "make_step_metrics", "make_table_rows",

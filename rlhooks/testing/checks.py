@@ -22,7 +22,7 @@ from rlhooks.core.dispatch import PluginManager
 from rlhooks.core.hookspecs import HOOK_NAMES
 
 PLUGIN_NAME = "plugin-under-test"
-STATUSES = ("success", "failed", "interrupted")
+STATUSES = ("success", "stopped", "failed", "interrupted")
 
 
 def spec_argnames() -> dict[str, tuple[str, ...]]:
@@ -115,6 +115,23 @@ def hook_like_undecorated(plugin: Any, registered: frozenset[str]) -> list[str]:
         else:
             problems.append(f"method {attr!r} looks like a misspelling of the hook {hook!r}")
     return problems
+
+
+def tree(root: Any, skip: Any = None) -> dict[str, tuple[int, int]]:
+    """``{relative path: (size, mtime_ns)}`` of every file under ``root`` (``skip``: a subtree left out)."""
+    from pathlib import Path
+
+    root = Path(root)
+    out: dict[str, tuple[int, int]] = {}
+    if not root.exists():
+        return out
+    for p in root.rglob("*"):
+        if skip is not None and (p == Path(skip) or Path(skip) in p.parents):
+            continue
+        if p.is_file():
+            st = p.stat()
+            out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+    return out
 
 
 def check_metrics_result(result: Any, where: str) -> None:

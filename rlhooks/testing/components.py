@@ -46,9 +46,9 @@ from rlhooks.core.components import (
     reward_component_problem,
 )
 from rlhooks.core.config import SECTIONS, _converter, load_config, structure_options
-from rlhooks.core.data import DatasetColumns
+from rlhooks.core.data import DatasetColumns, declared_columns
 from rlhooks.core.registry import Registry
-from rlhooks.core.rewards import RewardEntry, RewardPipeline
+from rlhooks.core.rewards import RewardEntry, RewardPipeline, resolve
 from rlhooks.testing import checks
 from rlhooks.testing.checks import PluginHarness, check_metrics_result, check_none_result, describe
 from rlhooks.testing.contracts import BatchFactory, HookPluginContract
@@ -169,9 +169,10 @@ class SamplerContract(ComponentContract):
     kind: ClassVar[str] = "sampler"
 
     @pytest.fixture
-    def sampler_data(self) -> DatasetColumns:
-        """The dataset columns the sampler is built over (3 sources, with complexity)."""
-        return make_dataset(120, seed=0)
+    def sampler_data(self, component: Any) -> DatasetColumns:
+        """The dataset columns the sampler is built over (3 sources, with complexity, and the columns
+        the sampler class declares in ``columns``: values in [0, 100), some rows NaN)."""
+        return make_dataset(120, seed=0, columns=declared_columns(component))
 
     @pytest.fixture
     def batch_size(self) -> int:
@@ -318,7 +319,7 @@ class SamplerContract(ComponentContract):
     @pytest.fixture
     def single_source_data(self, sampler_data: DatasetColumns) -> DatasetColumns:
         """A dataset whose rows all come from one source (the first of ``sampler_data``'s)."""
-        return make_dataset(30, sources=(sampler_data.source_names[0],), seed=1)
+        return make_dataset(30, sources=(sampler_data.source_names[0],), seed=1, columns=tuple(sampler_data.extra))
 
     def test_sampler_single_source_dataset(self, sampler_factory: Callable[..., Any], batch_size: int,
                                            single_source_data: DatasetColumns) -> None:
@@ -592,13 +593,31 @@ class RewardFunctionContract(ComponentContract):
         responses = np.asarray([p[0] for p in pairs], dtype=object)
         targets = np.asarray([p[1] for p in pairs], dtype=object)
         before = responses.copy(), targets.copy()
-        out = np.asarray(batch_fn(responses, targets), dtype=np.float64)
+        out = np.asarray(resolve(batch_fn(responses, targets)), dtype=np.float64)  # async def: awaited
         assert out.shape == (len(pairs),), f"score_batch returned shape {out.shape}, expected ({len(pairs)},)"
         expected = np.asarray([self._score(plugin, r, t) for r, t in pairs])
         assert np.allclose(out, expected, rtol=1e-9, atol=1e-12), "score_batch() disagrees with per-row calls"
         assert np.array_equal(responses, before[0]) and np.array_equal(targets, before[1]), "score_batch mutated its inputs"
-        empty = np.asarray(batch_fn(np.zeros(0, object), np.zeros(0, object)))
+        empty = np.asarray(resolve(batch_fn(np.zeros(0, object), np.zeros(0, object))))
         assert empty.shape == (0,), f"score_batch of no rows returned shape {empty.shape}"
+
+    def test_reward_score_batch_scores_a_whole_batch_in_one_call(self, plugin: Any,
+                                                                  reward_cases: list[tuple[str, str]]) -> None:
+        """In a RewardPipeline, a function with score_batch gets the whole batch in one call (an LLM judge
+        batches its requests) and the pipeline never falls back to scoring row by row."""
+        if getattr(plugin, "score_batch", None) is None:
+            pytest.skip(f"{describe(plugin)} has no score_batch()")
+        counting = _CountingScorer(plugin)
+        pipe = RewardPipeline([RewardEntry("under_test", counting)])
+        pairs = [*reward_cases, *((s, "42") for s in ODD_STRINGS)]
+        res = pipe.score([p[0] for p in pairs], [p[1] for p in pairs])
+        assert counting.batch_calls == [len(pairs)], (
+            f"{describe(plugin)}.score_batch was called {counting.batch_calls} (rows per call) for one batch of "
+            f"{len(pairs)} rows; expected one call with every row")
+        assert counting.row_calls == 0, (
+            f"the pipeline scored {counting.row_calls} rows one by one: {describe(plugin)}.score_batch raised or "
+            f"returned the wrong shape (the log says which)")
+        assert res.components["under_test"].shape == (len(pairs),) and not res.errors
 
     def test_reward_through_pipeline(self, plugin: Any, reward_cases: list[tuple[str, str]]) -> None:
         """In a RewardPipeline with weight 2 no sample errors and total = 2 * component."""
@@ -608,6 +627,21 @@ class RewardFunctionContract(ComponentContract):
         assert not res.errors, f"{describe(plugin)} raised inside the pipeline on {res.errors}"
         assert np.allclose(res.total, 2.0 * res.components["under_test"])
         assert np.all(np.isfinite(res.total))
+
+
+class _CountingScorer:
+    """A reward function as the pipeline sees it, counting whole-batch and per-row calls."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn, self.batch_calls, self.row_calls = fn, [], 0
+
+    def __call__(self, response: str, target: str) -> float:
+        self.row_calls += 1
+        return self.fn(response, target)
+
+    def score_batch(self, responses: np.ndarray, targets: np.ndarray) -> Any:
+        self.batch_calls.append(len(responses))
+        return self.fn.score_batch(responses, targets)
 
 
 @attrs.frozen

@@ -46,6 +46,7 @@ from rlhooks.testing.factories import (
     make_step_metrics,
     make_table_rows,
     make_trajectory_batch,
+    make_validation_results,
 )
 
 BatchFactory = Callable[..., Batch]
@@ -295,6 +296,93 @@ class OnStepEndContract(_ContractBase):
         check_metrics_result(result, self._where(started, "on_step_end"))
 
 
+class OnValidationEndContract(_ContractBase):
+    """on_validation_end: None or a metrics dict; metrics and per_source read-only; step 0, odd sources."""
+
+    def _validation_end(self, h: PluginHarness, step: int, results: tuple[dict[str, Any], dict[str, dict[str, float]]]) -> Any:
+        metrics, per_source = results
+        sent_metrics, sent_sources = checks.frozen_copy(metrics), checks.frozen_copy(per_source)
+        where = self._where(h, "on_validation_end")
+        result = h.call("on_validation_end", step=step, metrics=MappingProxyType(metrics),
+                        per_source=MappingProxyType({s: MappingProxyType(m) for s, m in per_source.items()}))
+        check_metrics_result(result, where)
+        assert metrics == sent_metrics and per_source == sent_sources, f"{where} mutated the validation results"
+        checks.check_emitted(h.run, where)
+        return result
+
+    def test_on_validation_end_returns_metrics_or_none(self, started: PluginHarness) -> None:
+        self._require(started, "on_validation_end")
+        for step in (2, 4):
+            self._validation_end(started, step, make_validation_results(step))
+
+    def test_on_validation_end_before_training(self, started: PluginHarness) -> None:
+        """verl's val_before_train validates at step 0, before any on_step_end."""
+        self._require(started, "on_validation_end")
+        self._validation_end(started, 0, make_validation_results(0))
+
+    def test_on_validation_end_sources_it_never_trained_on(self, started: PluginHarness,
+                                                           trajectory_batch_factory: BatchFactory) -> None:
+        """Held-out sets may hold sources (with '/' in their names) that training never drew, or none at all."""
+        self._require(started, "on_validation_end")
+        _run_steps(started, trajectory_batch_factory, steps=1, generations=1)
+        self._validation_end(started, 1, make_validation_results(1, sources=("held/out", "openai/gsm8k")))
+        self._validation_end(started, 2, ({}, {}))
+
+
+class OnSaveCheckpointContract(_ContractBase):
+    """on_save_checkpoint: returns None; writes only inside the checkpoint directory; several saves."""
+
+    def _save(self, h: PluginHarness, step: int, checkpoint_dir: Path, run_dir: Path) -> None:
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        outside = checks.tree(checkpoint_dir.parent, skip=checkpoint_dir)
+        check_none_result(h.call("on_save_checkpoint", step=step, checkpoint_dir=checkpoint_dir),
+                          self._where(h, "on_save_checkpoint"))
+        assert checks.tree(checkpoint_dir.parent, skip=checkpoint_dir) == outside, (
+            f"{self._where(h, 'on_save_checkpoint')} wrote outside checkpoint_dir ({checkpoint_dir})")
+
+    def test_on_save_checkpoint_returns_none(self, started: PluginHarness, run_dir: Path, tmp_path: Path,
+                                             trajectory_batch_factory: BatchFactory) -> None:
+        self._require(started, "on_save_checkpoint")
+        _run_steps(started, trajectory_batch_factory, steps=2, generations=1)
+        self._save(started, 2, tmp_path / "ckpt" / "global_step_2", run_dir)
+
+    def test_on_save_checkpoint_every_few_steps(self, started: PluginHarness, run_dir: Path, tmp_path: Path,
+                                                trajectory_batch_factory: BatchFactory) -> None:
+        """Saves at several steps, each into its own directory (verl keeps global_step_<N> folders)."""
+        self._require(started, "on_save_checkpoint")
+        for step in (1, 2, 3):
+            _run_steps(started, trajectory_batch_factory, steps=1, generations=1)
+            self._save(started, step, tmp_path / "ckpt" / f"global_step_{step}", run_dir)
+
+
+class OnLoadCheckpointContract(_ContractBase):
+    """on_load_checkpoint: fires before on_run_start on a resumed run, on what on_save_checkpoint wrote."""
+
+    def test_on_load_checkpoint_before_run_start(self, harness: PluginHarness, tmp_path: Path) -> None:
+        """A checkpoint without the plugin's own files (one made before the plugin was added) loads."""
+        self._require(harness, "on_load_checkpoint")
+        d = tmp_path / "ckpt" / "global_step_3"
+        d.mkdir(parents=True)
+        check_none_result(harness.call("on_load_checkpoint", step=3, checkpoint_dir=d),
+                          self._where(harness, "on_load_checkpoint"))
+        if harness.implements("on_run_start"):
+            check_none_result(harness.start(), self._where(harness, "on_run_start"))
+
+    def test_on_load_checkpoint_reads_what_save_wrote(self, started: PluginHarness, tmp_path: Path,
+                                                      trajectory_batch_factory: BatchFactory) -> None:
+        self._require(started, "on_load_checkpoint")
+        d = tmp_path / "ckpt" / "global_step_2"
+        d.mkdir(parents=True)
+        _run_steps(started, trajectory_batch_factory, steps=2, generations=1)
+        if started.implements("on_save_checkpoint"):
+            check_none_result(started.call("on_save_checkpoint", step=2, checkpoint_dir=d),
+                              self._where(started, "on_save_checkpoint"))
+        before = checks.tree(d)
+        check_none_result(started.call("on_load_checkpoint", step=2, checkpoint_dir=d),
+                          self._where(started, "on_load_checkpoint"))
+        assert checks.tree(d) == before, f"{self._where(started, 'on_load_checkpoint')} changed the checkpoint's files"
+
+
 class LogMetricsContract(_ContractBase):
     """log_metrics: returns None; metrics read-only; empty dicts, numpy scalars, NaN, sparse steps."""
 
@@ -425,13 +513,16 @@ def _run_steps(h: PluginHarness, trajectory_batch_factory: BatchFactory, steps: 
 
 
 class HookPluginContract(
+    OnLoadCheckpointContract,
     OnRunStartContract,
     OnBatchSampledContract,
     OnRewardsComputedContract,
+    OnValidationEndContract,
     OnStepEndContract,
     LogMetricsContract,
     LogTableContract,
     LogHistogramContract,
+    OnSaveCheckpointContract,
     OnRunEndContract,
 ):
     """Every hook contract plus registration checks and a full run; for hook-only plugins."""
@@ -498,6 +589,25 @@ class HookPluginContract(
         problems = checks.hook_like_undecorated(harness.plugin, harness.hooks)
         assert not problems, f"{describe(harness.plugin)}:\n  " + "\n  ".join(problems)
 
+    def test_state_dict_round_trip(self, started: PluginHarness, trajectory_batch_factory: BatchFactory) -> None:
+        """A plugin with ``state_dict()`` (saved with the run's checkpoint) pickles it and loads it back
+        into a resumed run: the state after ``load_state_dict`` is the one saved."""
+        import pickle
+
+        plugin = started.plugin
+        if not callable(getattr(plugin, "state_dict", None)):
+            pytest.skip("the plugin keeps no state across a resume (no state_dict)")
+        where = describe(plugin)
+        assert callable(getattr(plugin, "load_state_dict", None)), (
+            f"{where} has state_dict() but no load_state_dict(state): a resumed run could not restore it")
+        _run_steps(started, trajectory_batch_factory, steps=2, generations=1)
+        state = plugin.state_dict()
+        saved = pickle.dumps(state)  # as verl's rlhooks.pt and the simulator's checkpoint hold it
+        _run_steps(started, trajectory_batch_factory, steps=1, generations=1)  # moves on past the checkpoint
+        plugin.load_state_dict(pickle.loads(saved))
+        assert _canonical(plugin.state_dict()) == _canonical(state), (
+            f"{where}: after load_state_dict(saved), state_dict() differs from the saved state")
+
     def test_run_dir_files_are_claimed(self, harness: PluginHarness, trajectory_batch_factory: BatchFactory,
                                        prompt_batch_factory: BatchFactory) -> None:
         """Every file the plugin creates in the run directory is claimed, so a rerun of the same run
@@ -516,6 +626,24 @@ class HookPluginContract(
         _run_steps(started, trajectory_batch_factory, steps=3, generations=2, prompt_batch_factory=prompt_batch_factory)
         check_none_result(started.end("success"), f"{describe(started.plugin)}.on_run_end")
         checks.check_emitted(started.run, describe(started.plugin))
+
+
+def _canonical(value: Any) -> bytes:
+    """A state as comparable bytes: dict keys sorted, arrays by dtype, shape and bytes (NaN equals NaN)."""
+    import pickle
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, Mapping):
+            return ("dict", sorted(((repr(k), plain(x)) for k, x in v.items()), key=lambda kv: kv[0]))
+        if isinstance(v, np.ndarray):
+            return ("ndarray", str(v.dtype), v.shape, v.tobytes() if v.dtype != object else plain(v.tolist()))
+        if isinstance(v, (list, tuple)):
+            return (type(v).__name__, [plain(x) for x in v])
+        if isinstance(v, (float, np.floating)):
+            return ("float", repr(float(v)))
+        return v
+
+    return pickle.dumps(plain(value))
 
 
 def _claimed_run(harness: PluginHarness, trajectory_batch_factory: BatchFactory,
@@ -550,7 +678,10 @@ def _claimed_run(harness: PluginHarness, trajectory_batch_factory: BatchFactory,
 
 #: hook name -> the contract class that checks it (a meta-test keeps this complete)
 HOOK_CONTRACTS: dict[str, type] = {
+    "on_load_checkpoint": OnLoadCheckpointContract,
     "on_run_start": OnRunStartContract,
+    "on_validation_end": OnValidationEndContract,
+    "on_save_checkpoint": OnSaveCheckpointContract,
     "on_batch_sampled": OnBatchSampledContract,
     "on_rewards_computed": OnRewardsComputedContract,
     "on_step_end": OnStepEndContract,

@@ -47,8 +47,11 @@ def make_dataset(
     seed: int = 0,
     complexity: bool = True,
     weights: Sequence[float] | None = None,
+    columns: Sequence[str] = (),
 ) -> DatasetColumns:
-    """A dataset's sampler columns: each row gets a source (every source present) and a complexity."""
+    """A dataset's sampler columns: each row gets a source (every source present) and a complexity;
+    ``columns`` (what a sampler declares in ``Sampler.columns``): float32 values in [0, 100), about
+    one row in 20 NaN (a row without a value), in ``data.extra``."""
     rng = np.random.default_rng(seed)
     k = len(sources)
     if n_rows < k:
@@ -58,7 +61,12 @@ def make_dataset(
     rng.shuffle(codes)
     names = np.asarray(sources, dtype=object)[codes]
     comp = rng.uniform(0.0, 1.0, n_rows).round(3) if complexity else None
-    return DatasetColumns.from_arrays(names, comp, origin="rlhooks.testing.make_dataset")
+    data = DatasetColumns.from_arrays(names, comp, origin="rlhooks.testing.make_dataset")
+    for name in columns:
+        values = rng.uniform(0.0, 100.0, n_rows).astype(np.float32)
+        values[rng.random(n_rows) < 0.05] = np.nan
+        data.extra[name] = values
+    return data
 
 
 def _text_columns(rng: np.random.Generator, n: int, prefix: str) -> np.ndarray:
@@ -258,6 +266,23 @@ def make_config(run_dir: str | Path, *, name: str = "contract", seed: int = 0, *
     """A minimal resolved Config (no components) whose run directory is ``run_dir``."""
     run_dir = Path(run_dir)
     return Config(run=RunOptions(name=name, seed=seed, out_dir=str(run_dir.parent), **run))
+
+
+def make_validation_results(step: int = 1, *, sources: tuple[str, ...] = ("gsm8k", "lighteval/MATH"),
+                            seed: int = 0) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """``(metrics, per_source)`` as an engine passes them to ``on_validation_end`` (verl's key names)."""
+    rng = np.random.default_rng([seed, step])
+    metrics: dict[str, float] = {}
+    per_source: dict[str, dict[str, float]] = {}
+    for source in sources:
+        acc = float(rng.uniform())
+        values = {"acc/mean@4": acc, "acc/std@4": float(rng.uniform(0, 0.5)), "acc/maj@4/mean": acc,
+                  "reward/mean@4": 3.0 * acc}
+        for name, v in values.items():
+            section = "val-core" if name in ("acc/mean@4", "acc/maj@4/mean") else "val-aux"
+            metrics[f"{section}/{source}/{name}"] = v
+        per_source[source] = {"score": acc, **values}
+    return metrics, per_source
 
 
 def make_run_context(run_dir: str | Path, config: Config | None = None, **run: Any) -> RecordingRun:

@@ -44,9 +44,16 @@ def _validate_xfail_checks(cls: type, checks: Any) -> None:
             )
 
 
+#: checks that apply only to a plugin with resumable state (``state_dict``)
+STATE_CHECKS = ("test_state_dict_round_trip",)
+
+
 def _applies(item: pytest.Item) -> bool:
-    """False for a hook check whose plugin (known from the test's parameters) lacks that hook."""
+    """False for a hook check whose plugin (known from the test's parameters) lacks that hook, and
+    for a state check of a ``plugin_class`` without ``state_dict``."""
     cls = getattr(item, "cls", None)
+    if item.name.split("[", 1)[0] in STATE_CHECKS and getattr(cls, "plugin_class", None) is not None:
+        return callable(getattr(cls.plugin_class, "state_dict", None))
     hooks_under_test = getattr(cls, "hooks_under_test", None) if cls is not None else None
     hook = hook_checked_by(item.name) if hooks_under_test is not None else None
     if hook is None:
@@ -85,7 +92,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if n:
         terminalreporter.write_line(
             f"rlhooks contract kit: {n} deselected = checks of hooks the plugins under test do not implement "
-            f"(known from plugin_class / hooks_under_test); nothing was left out of what they do implement"
+            f"(known from plugin_class / hooks_under_test), and the state round trip of a plugin_class without "
+            f"state_dict; nothing was left out of what they do implement"
         )
 
 

@@ -47,6 +47,9 @@ class RunState:
     def load_state_dict(self, state):
         self.loaded = state
 
+    def checkpoint_loaded(self, step, checkpoint_dir):  # RunManager's: on_load_checkpoint after the state
+        self.loaded_from = (step, checkpoint_dir)
+
 
 @pytest.fixture(scope="module")
 def actor():

@@ -18,6 +18,7 @@ import structlog
 
 from rlhooks.core import interrupt
 from rlhooks.core.errors import RLHooksError
+from rlhooks.core.run import exit_code_of
 from rlhooks.engines.sim.compare import compare, format_comparison
 from rlhooks.engines.sim.resume_check import check_resume
 from rlhooks.engines.sim.runs import (
@@ -112,6 +113,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     summary = simulate_run(args.config, _overrides(args), data=args.data, progress=not args.no_progress,
                            report=not args.no_report, report_timeout_s=args.report_timeout)
     print(format_summary(summary))
+    if summary["status"] == "stopped":  # a plugin's request: a clean end, told apart by its exit code
+        print(f"rlhooks: the run was stopped by {summary.get('stopped_by') or 'a plugin'} after step "
+              f"{summary['steps']}: {summary.get('stop_reason')}; its checkpoint is {summary.get('checkpoint')}",
+              file=sys.stderr)
+        return exit_code_of("stopped")
     if summary["status"] != "success":
         _print_failure(summary)
         return 1

@@ -15,6 +15,7 @@ configured reward functions replace (the driver scores them).
 from __future__ import annotations
 
 import itertools
+import pickle
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -30,7 +31,10 @@ from rlhooks.engines.verl.config import VERL_SECTION, apply_verl_section
 from rlhooks.core.driver import StepDriver
 from rlhooks.core.errors import RLHooksError
 from rlhooks.core.manager import RunManager
+from rlhooks.core.metrics import VALIDATION_SCORE
 from rlhooks.core.registry import Registry
+from rlhooks.core.rundir import claim as claim_output
+from rlhooks.core.rundir import write_atomic
 from rlhooks.engines.sim.data import SOURCE_PROFILES, SimDataset, write_dataset
 from rlhooks.engines.sim.learner import (
     NO_ANSWER_TAGS,
@@ -45,6 +49,9 @@ from rlhooks.engines.sim.learner import (
 log = structlog.get_logger("rlhooks.sim")
 
 GRPO_EPS = 1e-6
+#: where a run's checkpoint goes (a plugin's request_stop), and the pickled SimEngine.state_dict() in it
+CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_FILE = "state.pkl"
 #: wrong answers to a numeric question: near misses (which check_answer gives partial credit) and slips
 _WRONG_DELTAS = np.array([-10, -2, -1, 1, 1, 2, 10, 100])
 
@@ -69,6 +76,10 @@ class SimOptions:
     #: rollout stops there, so an answer longer than that is never written in full (and is wrong)
     max_response_length: int = attrs.field(default=1024, validator=[attrs.validators.gt(0),
                                                                      attrs.validators.le(1_000_000)])
+    #: validate every this many steps (and at the last step), as verl's ``trainer.test_freq``: the
+    #: expected accuracy per source over the held-out evaluation items goes to ``on_validation_end``
+    #: (0: never). Free: the simulator measures it each step anyway (``sim/accuracy/<source>``)
+    test_freq: int = attrs.field(default=1, validator=attrs.validators.ge(0))
     learner: LearnerOptions = attrs.field(factory=LearnerOptions)
 
     @sources.validator
@@ -157,6 +168,7 @@ class SimEngine:
         self.generated_to_target: int | None = None
         self.steps_to_target: int | None = None
         self.last_metrics: dict[str, float] = {}
+        self._last_accuracy: dict[str, float] = {}
         self._gen_s = 0.0
         self._source_obj = np.asarray(data.source_names, dtype=object)
         comp = data.columns.complexity
@@ -331,6 +343,7 @@ class SimEngine:
             self.trained_trajectories += len(batch)
         metrics.update(learn)
         metrics.update(self._engine_metrics(batch, learn))
+        metrics.update(self._validate(step))
         metrics["timing/gen_s"] = self._gen_s
         metrics["timing/step_s"] = time.perf_counter() - t0
         merged = self.driver.finish_step(step, batch, metrics)
@@ -338,6 +351,15 @@ class SimEngine:
         self._track(step, merged)
         self.last_metrics = merged
         return merged
+
+    def _validate(self, step: int) -> dict[str, float]:
+        """``on_validation_end`` every ``simulate.test_freq`` steps and at the last; what it returned."""
+        freq = self.options.test_freq
+        if not freq or not (step % freq == 0 or step >= self.config.run.steps):
+            return {}
+        per_source = {name: {VALIDATION_SCORE: a, "acc/mean@1": a} for name, a in self._last_accuracy.items()}
+        metrics = {f"val-core/{name}/acc/mean@1": a for name, a in self._last_accuracy.items()}
+        return self.manager.validation_end(step, metrics, per_source)
 
     def _engine_metrics(self, batch: Batch, learn: Mapping[str, float]) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -354,7 +376,7 @@ class SimEngine:
             adv = batch["advantage"]
             out["critic/advantages/mean"] = float(adv.mean())
             out["critic/advantages/std"] = float(adv.std())
-        acc = self.accuracy()
+        acc = self._last_accuracy = self.accuracy()
         for s, name in enumerate(self.learner.source_names):
             out[f"sim/skill/{name}"] = self.skill(s, mastery)
             out[f"sim/malformed_rate/{name}"] = float(self.learner.malformed[s])
@@ -413,12 +435,37 @@ class SimEngine:
                         bar.set_postfix(acc=f"{merged.get('sim/accuracy/mean', float('nan')):.3f}",
                                         gen=int(merged.get("train/num_gen_batches", 1)), refresh=False)
                         bar.update(1)
+                    if self.manager.stop_requested:  # a plugin's run.request_stop(reason): checkpoint, end
+                        self.save_checkpoint()
+                        break
         finally:
             if bar is not None:
                 bar.close()
         return self.last_metrics
 
     # -- state ------------------------------------------------------------------------------
+    def save_checkpoint(self, directory: str | Path | None = None) -> Path:
+        """The state (``state_dict()``, every component's included) pickled to ``<directory>/state.pkl``
+        (default ``<run_dir>/checkpoint``), then ``on_save_checkpoint``. Returns the directory."""
+        d = Path(directory) if directory is not None else self.manager.run_dir / CHECKPOINT_DIR
+        claim_output(d)
+        d.mkdir(parents=True, exist_ok=True)
+        write_atomic(d / CHECKPOINT_FILE, pickle.dumps(self.state_dict()))
+        self.manager.checkpoint_saved(self.step, d)
+        return d
+
+    def load_checkpoint(self, directory: str | Path) -> None:
+        """Resume from a ``save_checkpoint`` directory: ``load_state_dict``, then ``on_load_checkpoint``."""
+        d = Path(directory)
+        path = d / CHECKPOINT_FILE
+        try:
+            state = pickle.loads(path.read_bytes())
+        except OSError as exc:
+            raise RLHooksError(f"cannot resume from {path}: {exc.strerror or exc}; give a directory that "
+                               f"SimEngine.save_checkpoint wrote (it holds {CHECKPOINT_FILE})") from None
+        self.load_state_dict(state)
+        self.manager.checkpoint_loaded(self.step, d)
+
     def state_dict(self) -> dict[str, Any]:
         """Everything a resumed run needs to continue exactly as an uninterrupted one."""
         return {

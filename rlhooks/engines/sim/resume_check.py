@@ -1,8 +1,9 @@
 """``rlhooks simulate --check-resume K``: does a resumed run continue exactly like an uninterrupted one?
 
 Three simulated runs of one config on one dataset: the uninterrupted run to ``run.steps``; a run
-to step K whose state (``SimEngine.state_dict``: sampler, filters, plugins, learner) is pickled as
-a checkpoint file would be; and a fresh engine that loads that state and runs on to ``run.steps``.
+to step K whose state (``SimEngine.state_dict``: sampler, filters, hook plugins, backends, learner)
+is saved as a checkpoint (``SimEngine.save_checkpoint``: ``on_save_checkpoint`` fires); and a fresh
+engine that loads it (``on_load_checkpoint`` fires) and runs on to ``run.steps``.
 Steps K+1.. of the last must equal the uninterrupted run's: the prompts sampled for every
 generation batch, then every step metric except wall-clock ``timing/*``. Steps 1..K of the
 first two runs are compared too, so a plugin that is not deterministic at all is told apart from
@@ -13,7 +14,6 @@ the runs' files go to a temporary directory that is removed afterwards.
 from __future__ import annotations
 
 import math
-import pickle
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -97,9 +97,9 @@ def check_resume(
         full = _run(*engine("uninterrupted"), steps)
         first_engine, first_probe = engine("resumed")
         first = _run(first_engine, first_probe, k)
-        checkpoint = pickle.dumps(first_engine.state_dict())  # as a checkpoint file holds it
+        checkpoint = first_engine.save_checkpoint(root / "checkpoint")  # a real one: on_save_checkpoint fires
         resumed_engine, resumed_probe = engine("resumed")
-        resumed_engine.load_state_dict(pickle.loads(checkpoint))
+        resumed_engine.load_checkpoint(checkpoint)  # load_state_dict, then on_load_checkpoint
         resumed = _run(resumed_engine, resumed_probe, steps)
 
     before = _first_difference(full, first, range(1, k + 1))

@@ -21,7 +21,14 @@ from rlhooks.core.config import Config
 from rlhooks.core.errors import RLHooksError
 from rlhooks.core.metrics import split_source_key
 from rlhooks.core.rundir import BOOKKEEPING, MARKER_FILE, RunDirectory, write_atomic
-from rlhooks.engines.sim.engine import SimEngine, load_sim_config, prepare_data, sim_options
+from rlhooks.engines.sim.engine import (
+    CHECKPOINT_DIR,
+    CHECKPOINT_FILE,
+    SimEngine,
+    load_sim_config,
+    prepare_data,
+    sim_options,
+)
 
 log = structlog.get_logger("rlhooks.sim")
 
@@ -242,6 +249,10 @@ def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str,
         "alert_details": engine.alert_details(),
         "reward_hacking": _hacking_verdict(run_dir),
         "plugin_failures": engine.manager.failure_summary(),
+        # a plugin's run.request_stop(reason): who asked, why, and the checkpoint written (else None)
+        "stop_reason": engine.manager.context.stop_reason,
+        "stopped_by": engine.manager.context.stopped_by,
+        "checkpoint": str(run_dir / CHECKPOINT_DIR) if (run_dir / CHECKPOINT_DIR / CHECKPOINT_FILE).exists() else None,
         "files": sorted(p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir()
                         if p.name not in BOOKKEEPING and not p.name.startswith(".")),
     }
@@ -300,7 +311,9 @@ def format_summary(s: dict[str, Any]) -> str:
                      + (f", {info['dropped']} call(s) not delivered" if info["dropped"] else "")
                      + (", disabled" if info["disabled"] else ""))
     if s.get("status", "success") != "success":
-        lines.append(f"  status: {s['status']}")
+        reason = (f" by {s.get('stopped_by') or 'a plugin'}: {s['stop_reason']}"
+                  if s["status"] == "stopped" and s.get("stop_reason") else "")
+        lines.append(f"  status: {s['status']}{reason}")
     lines.append(f"  output: {s['run_dir']}/  " + "  ".join(s["files"]))
     if s.get("report"):
         lines.append(f"  report: {s['report']}")

@@ -37,6 +37,7 @@ target             ``reward_model["ground_truth"]``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -46,7 +47,15 @@ from torch.utils.data import Dataset
 
 from rlhooks.core import batch as cols
 from rlhooks.core.batch import Batch
-from rlhooks.core.data import DataError, DatasetColumns, complexity_scores, source_codes
+from rlhooks.core.data import (
+    PROMPT_CHARS,
+    DataError,
+    DatasetColumns,
+    complexity_scores,
+    read_table_columns,
+    source_codes,
+)
+from rlhooks.core.metrics import VALIDATION_SCORE
 from verl import DataProto
 
 #: non-tensor key carrying the dataset row a prompt was drawn from
@@ -84,9 +93,10 @@ class RowIndexedDataset(Dataset):
         return getattr(self.inner, name)
 
 
-def dataset_columns(dataset: Any, needed_by: str = "an rlhooks sampler") -> DatasetColumns:
+def dataset_columns(dataset: Any, needed_by: str = "an rlhooks sampler", columns: Sequence[str] = ()) -> DatasetColumns:
     """``data_source`` and ``extra_info.complexity_score`` of a verl dataset, without its rows
-    (``needed_by``: the configured components that read them, named in errors).
+    (``needed_by``: the configured components that read them, named in errors), and the ``columns``
+    a sampler declares (``Sampler.columns``) as float32 arrays in ``extra``.
 
     Reads the columns of the dataset's HuggingFace ``dataframe`` as Arrow (after verl's own
     filtering and selection, so positions match what the dataloader indexes).
@@ -107,6 +117,8 @@ def dataset_columns(dataset: Any, needed_by: str = "an rlhooks sampler") -> Data
     if "data_source" not in names:
         raise DataError(f"{origin}: {needed_by} needs a 'data_source' column (columns: {', '.join(sorted(names))})")
     wanted = ["data_source"] + (["extra_info"] if "extra_info" in names else [])
+    wanted += [top for top in dict.fromkeys("prompt" if c == PROMPT_CHARS else c.split(".")[0] for c in columns)
+               if top in names and top not in wanted]
     table: pa.Table = frame.select_columns(wanted).with_format("arrow")[:]
     if table.num_rows == 0:
         raise DataError(f"{origin}: the train dataset has no rows (after verl's filtering)")
@@ -116,7 +128,8 @@ def dataset_columns(dataset: Any, needed_by: str = "an rlhooks sampler") -> Data
         info = table.column("extra_info").combine_chunks()
         if pa.types.is_struct(info.type) and info.type.get_field_index("complexity_score") >= 0:
             complexity = complexity_scores(pc.struct_field(info, "complexity_score"), origin)
-    return DatasetColumns(codes, source_names, complexity, origin)
+    extra = read_table_columns(table, columns, origin) if columns else {}
+    return DatasetColumns(codes, source_names, complexity, origin, extra=extra)
 
 
 # -- trajectory ids ------------------------------------------------------------------------------
@@ -303,4 +316,32 @@ def concat(parts: Sequence[DataProto]) -> DataProto:
     bare = [DataProto(batch=p.batch, non_tensor_batch=p.non_tensor_batch, meta_info={}) for p in parts]
     out = DataProto.concat(bare)
     out.meta_info = meta
+    return out
+
+
+#: one key of verl's validation metrics (``RayPPOTrainer._val_metrics_update``):
+#: ``val-core|val-aux/<data_source>/<var>/<metric>``, metric as verl's ``process_validation_metrics``
+#: names them (``mean@4``, ``std@4``, ``best@4/mean``, ``maj@4/std``, ...); a source may hold '/'
+_VAL_KEY = re.compile(
+    r"^val-(?P<section>core|aux)/(?P<source>.+)/(?P<var>[^/]+)/(?P<metric>(?:mean|std|best|worst|maj)@\d+(?:/(?:mean|std))?)$"
+)
+
+
+def validation_per_source(metrics: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """verl's validation metrics per data source, as ``on_validation_end`` passes them.
+
+    ``per_source[source]["<var>/<metric>"]`` for every per-source key, and ``per_source[source]["score"]``
+    the headline: verl's core metric (``val-core``, the ``mean@<n>`` of ``acc`` when the reward reports
+    it, else of the reward). Keys that name no source (``val-aux/num_turns/*``) are not per source.
+    """
+    out: dict[str, dict[str, float]] = {}
+    for key, value in metrics.items():
+        m = _VAL_KEY.match(key)
+        if m is None:
+            continue
+        name = f"{m['var']}/{m['metric']}"
+        per = out.setdefault(m["source"], {})
+        per[name] = float(value)
+        if m["section"] == "core" and m["metric"].startswith("mean@"):
+            per[VALIDATION_SCORE] = float(value)
     return out

@@ -17,6 +17,8 @@ computed per generation batch, before the filters (the DAPO recipe's order), so 
     finish (rlhooks): on_step_end -> merged metrics to rlhooks backends -> tables
                       and the same merged metrics to verl's Tracking logger
 
+Validation results go to ``on_validation_end`` (per source: adapter.validation_per_source); a
+plugin's ``run.request_stop(reason)`` ends the loop after the step with a checkpoint of it.
 What stays verl's: validation, the checkpoint files (the save order, the resume decision and the
 rotation are rlhooks's, see ``checkpoints.py``; an ``rlhooks.pt`` next to ``data.pt`` seals each),
 profiling, timing / throughput / data metrics, ``rollout_data_dir`` dumps, ``on_batch_end``.
@@ -41,6 +43,7 @@ from tqdm import tqdm
 
 from rlhooks.core import batch as cols
 from rlhooks.core.batch import Batch
+from rlhooks.core.data import declared_columns
 from rlhooks.core.driver import StepDriver
 from rlhooks.core.errors import ConfigError, ConfigIssue
 from rlhooks.core.manager import RunManager
@@ -185,7 +188,8 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         # the prompt-level learning state (dataset columns) only for what reads it: verl alone takes any dataset
         needs = [f"the rlhooks sampler {c.name!r} ({c.path})" for c in [self.rl.config.sampler] if c is not None]
         needs += [f"the prompt filter {c.name!r} ({c.path})" for c in self.rl.config.prompt_filters]
-        columns = adapter.dataset_columns(train_dataset, needed_by=" and ".join(needs)) if needs else None
+        declared = declared_columns(self.rl.config.sampler.obj) if self.rl.config.sampler is not None else ()
+        columns = adapter.dataset_columns(train_dataset, needed_by=" and ".join(needs), columns=declared) if needs else None
         if columns is not None:
             self.rl.attach_data(columns)
         if self.rl.config.sampler is not None:
@@ -222,8 +226,9 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         self._policy_version = self.global_steps  # the resumed step's weights (0 from scratch)
         SkipManager.init(self.config)
 
+        initial_val = None
         if self.config.trainer.get("val_before_train", True):
-            val_metrics = self._validate()
+            val_metrics = initial_val = self._validate()
             assert val_metrics, f"{val_metrics=}"
             pprint(f"Initial validation metrics: {val_metrics}")
             logger.log(data=val_metrics, step=self.global_steps)
@@ -242,6 +247,10 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         prev_profile, curr_profile = False, bool(profile_steps and self.global_steps in profile_steps)
 
         with self.rl.running():
+            if initial_val:  # on_validation_end of the initial validation, once plugins have started
+                returned = self._validation_end(self.global_steps - 1, initial_val)
+                if returned:
+                    logger.log(data=returned, step=self.global_steps - 1)
             while self.global_steps <= self.total_training_steps:
                 step = self.global_steps
                 is_last_step = step >= self.total_training_steps
@@ -276,6 +285,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                         if is_last_step:
                             last_val_metrics = val_metrics
                     metrics.update(val_metrics)
+                    metrics.update(self._validation_end(step, val_metrics))
 
                 with marked_timer("stop_profile", timing_raw):
                     next_profile = bool(profile_steps and step + 1 in profile_steps)
@@ -295,14 +305,26 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 # 3. rlhooks: on_step_end -> merged metrics to rlhooks backends (+ tables); verl logs the same
                 trained = _trained_batch(collected.batch, batch) if batch is not None else collected.batch
                 merged = self.driver.finish_step(step, trained, metrics)
+                stop = self.rl.stop_requested  # a plugin's run.request_stop(reason): checkpoint this step, end
+                if stop and self._saved_folder is None:
+                    with marked_timer("save_checkpoint", timing_raw, color="green"):
+                        self._save_checkpoint()
                 if self._saved_folder is not None:  # checkpointed this step: the state after on_step_end
                     self._write_rlhooks_state(self._saved_folder)
+                    self.rl.checkpoint_saved(step, self._saved_folder)
                     self._saved_folder = None
                 logger.log(data=merged, step=step)
 
                 progress_bar.update(1)
                 self.global_steps += 1
                 SkipManager.set_step(self.global_steps)
+                if stop:
+                    if hasattr(self.actor_rollout_wg, "async_calls_finalize_fn_exec"):
+                        self.actor_rollout_wg.async_calls_finalize_fn_exec(blocking=True)
+                    log.warning(f"stopping after step {step} as a plugin requested: {self.rl.context.stop_reason}",
+                                step=step, stopped_by=self.rl.context.stopped_by)
+                    progress_bar.close()
+                    break
                 if is_last_step:
                     if hasattr(self.actor_rollout_wg, "async_calls_finalize_fn_exec"):
                         self.actor_rollout_wg.async_calls_finalize_fn_exec(blocking=True)
@@ -312,6 +334,10 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 if batch is not None and hasattr(self.train_dataset, "on_batch_end"):
                     self.train_dataset.on_batch_end(batch=batch)
         self._shutdown_dump_executor()
+
+    def _validation_end(self, step: int, val_metrics: dict[str, Any]) -> dict[str, float]:
+        """``on_validation_end`` with verl's validation metrics and the same per data source."""
+        return self.rl.validation_end(step, val_metrics, adapter.validation_per_source(val_metrics))
 
     # -- 1. collecting a step's batch (called by the core driver through VerlRollout) --------------
     def _next_batch_dict(self) -> dict[str, Any]:
@@ -537,6 +563,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         self._epoch = int(plan.state.get("epoch", 0))
         self._batches = None
         log.info("restored rlhooks state", folder=str(plan.folder), components=list(plan.state["components"]))
+        self.rl.checkpoint_loaded(self.global_steps, str(plan.folder))
         return out
 
 

@@ -66,6 +66,7 @@ class ConsoleBackend:
     def __init__(self, options: Options | None = None) -> None:
         self.options = options if options is not None else self.Options()
         self._patterns = [k for k in self.options.keys if any(c in k for c in "*?[")]
+        self._run: Any = None
 
     def _out(self) -> IO[str]:
         # looked up per call so a redirected sys.stdout (pytest, notebooks) is honoured
@@ -119,6 +120,7 @@ class ConsoleBackend:
 
     @hookimpl
     def on_run_start(self, run: Any) -> None:
+        self._run = run  # its stop_reason is printed at the end
         self._emit(f"run {run.name} started; output in {run.run_dir}")
 
     @hookimpl
@@ -148,4 +150,7 @@ class ConsoleBackend:
 
     @hookimpl
     def on_run_end(self, status: str) -> None:
-        self._emit(f"run ended: {status}")
+        run = self._run
+        reason = getattr(run, "stop_reason", None) if run is not None else None
+        by = f" by {run.stopped_by}" if reason and getattr(run, "stopped_by", None) else ""
+        self._emit(f"run ended: {status}" + (f" (stop requested{by}: {reason})" if reason else ""))

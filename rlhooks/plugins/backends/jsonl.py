@@ -45,6 +45,7 @@ class JsonlBackend:
         self.path: Path | None = None
         self._fd: int | None = None
         self.lines = 0
+        self._run: Any = None
 
     # -- writing --------------------------------------------------------------------------
     def _open(self, run_dir: Path | None) -> None:
@@ -71,6 +72,7 @@ class JsonlBackend:
     # -- hooks ----------------------------------------------------------------------------
     @hookimpl
     def on_run_start(self, run: Any) -> None:
+        self._run = run  # its stop_reason goes into run_end
         self._open(run.run_dir)
         self._write({
             "kind": "run_start", "time": time.time(), "name": run.name, "run_dir": str(run.run_dir),
@@ -117,7 +119,11 @@ class JsonlBackend:
 
     @hookimpl
     def on_run_end(self, status: str) -> None:
-        self._write({"kind": "run_end", "time": time.time(), "status": status})
+        record: dict[str, Any] = {"kind": "run_end", "time": time.time(), "status": status}
+        run = self._run
+        if run is not None and getattr(run, "stop_reason", None):  # a plugin's run.request_stop(reason)
+            record["stop_reason"], record["stopped_by"] = run.stop_reason, run.stopped_by
+        self._write(record)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

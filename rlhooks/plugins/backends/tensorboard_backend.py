@@ -10,6 +10,10 @@
   and advantages; Contributions) plus Alerts, source (per-source rewards, counts, sampler
   weights), filter and curriculum.
 
+A resumed run does not draw a second curve over the steps it repeats: ``on_load_checkpoint``
+(step K) makes the writer start with ``purge_step=K+1``, TensorBoard's marker that drops the earlier
+run's events from step K+1 on (those written after the checkpoint, before the run stopped).
+
 ``torch.utils.tensorboard`` is imported in ``on_run_start`` only, so loading the entry point is cheap.
 """
 
@@ -129,6 +133,8 @@ class TensorBoardBackend:
         self.log_dir: Path | None = None
         self._existing: set[Path] = set()  # event files in log_dir before our writer started
         self._summary_cls: Any = None
+        #: the first step of a resumed run (on_load_checkpoint): earlier events from it on are purged
+        self._purge_step: int | None = None
 
     def _ensure_writer(self, run_dir: Path | None = None) -> Any:
         if self.writer is None:
@@ -150,8 +156,14 @@ class TensorBoardBackend:
                 self._existing = set(d.glob(EVENT_FILES))
             # a writer that failed to start (a full disk) is retried in the same directory, never elsewhere
             self.writer = SummaryWriter(log_dir=str(self.log_dir), max_queue=self.options.max_queue,
-                                        flush_secs=self.options.flush_secs)
+                                        flush_secs=self.options.flush_secs, purge_step=self._purge_step)
+            self._purge_step = None  # once: a writer restarted later in this run purges nothing
         return self.writer
+
+    @hookimpl
+    def on_load_checkpoint(self, step: int) -> None:
+        """A resumed run: its steps start at ``step + 1``; the earlier run's events from there are purged."""
+        self._purge_step = int(step) + 1
 
     @hookimpl
     def on_run_start(self, run: Any) -> None:

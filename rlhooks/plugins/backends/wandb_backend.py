@@ -21,6 +21,11 @@ in first-seen order) plus a last column ``_extra``. A later row without a column
 there; a later row with a key that is not a column is not dropped: its extra keys are kept,
 JSON-encoded, in ``_extra``, and a warning naming them is logged once per table.
 
+Resumed runs continue their W&B run: the W&B run id is part of the backend's ``state_dict()``,
+saved with the run's checkpoint; a run resumed from it calls ``wandb.init(id=<that id>,
+resume="allow")``, so W&B appends the resumed steps to the same run (offline runs: ``wandb sync``
+uploads both directories into the one run). ``id`` / ``resume`` set it explicitly.
+
 ``wandb`` is imported in ``on_run_start`` only, so loading the entry point is cheap.
 """
 
@@ -130,6 +135,12 @@ class WandbBackend:
         chart_every: int = attrs.field(default=0, validator=attrs.validators.ge(0))
         #: points kept per charted key (memory bound on long runs; thinned evenly past it)
         chart_points: int = attrs.field(default=2_000, validator=attrs.validators.ge(2))
+        #: W&B run id (lowercase letters and digits): log into this W&B run; default: a new id, saved
+        #: with the run's checkpoint so a resumed run continues the same W&B run
+        id: str | None = attrs.field(default=None, validator=attrs.validators.optional(
+            attrs.validators.matches_re(r"^[a-z0-9_-]{1,64}$")))
+        #: wandb.init's ``resume`` (allow, must, never, auto); default: "allow" on a resumed run, unset otherwise
+        resume: Literal["allow", "must", "never", "auto"] | None = None
 
     def __init__(self, options: Options | None = None) -> None:
         self.options = options if options is not None else self.Options()
@@ -140,6 +151,25 @@ class WandbBackend:
         self._chart_data: dict[str, _ChartSeries] = {}  # charted metric key -> its kept points
         self._chart_of: dict[str, str | None] = {}  # metric key -> chart name (None: not charted)
         self._last_step: int | None = None
+        #: the W&B run's id: the option, a resumed run's saved id, else a new one (decided here, not in
+        #: on_run_start, so a checkpoint taken while the backend's thread starts already holds it)
+        self.run_id: str = self.options.id or _new_run_id()
+        self._resumed = False
+
+    # -- resumable state: the W&B run id ------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"version": 1, "run_id": self.run_id}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("version") != 1:
+            raise ValueError(f"wandb backend: unsupported saved state version {state.get('version')!r} (expected 1)")
+        saved = str(state["run_id"])
+        if self.options.id and self.options.id != saved:
+            log.warning(f"wandb backend: the option id={self.options.id!r} wins over the checkpoint's W&B run "
+                        f"id {saved!r}; the resumed steps go to W&B run {self.options.id!r}", plugin="wandb")
+        else:
+            self.run_id = saved
+        self._resumed = True
 
     @hookimpl
     def on_run_start(self, run: Any) -> None:
@@ -152,7 +182,9 @@ class WandbBackend:
         claim_output(d / "wandb")  # wandb writes under <dir>/wandb
         claim_output(d)
         d.mkdir(parents=True, exist_ok=True)
+        resume = o.resume or ("allow" if self._resumed else None)
         kwargs: dict[str, Any] = dict(
+            id=self.run_id, resume=resume,
             project=o.project, entity=o.entity, name=o.run_name or run.name, dir=str(d),
             tags=list(o.tags) or None, group=o.group, job_type=o.job_type, notes=o.notes,
             config=json_safe(run.redacted_config()) if o.log_config else None,
@@ -281,8 +313,17 @@ class WandbBackend:
                     self._log_charts(self._last_step)
                 except Exception as exc:  # noqa: BLE001 - a chart must not lose the run's finish
                     log.warning("wandb custom charts could not be logged", plugin="wandb", error=f"{type(exc).__name__}: {exc}")
-            self.run.finish(exit_code=0 if status == "success" else 1)
+            self.run.finish(exit_code=0 if status in ("success", "stopped") else 1)  # a requested stop is clean
             self.run = None
+
+
+def _new_run_id() -> str:
+    """A W&B-style run id (8 lowercase letters and digits, as ``wandb.util.generate_id``), without importing wandb."""
+    import secrets
+    import string
+
+    alphabet = string.ascii_lowercase + string.digits
+    return "".join(secrets.choice(alphabet) for _ in range(8))
 
 
 def _supports_create_new(wandb: Any) -> bool:

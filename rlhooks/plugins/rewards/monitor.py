@@ -32,7 +32,11 @@ trend alerts and the run-end analysis is a deque of at most ``history`` steps.
 
 At run end the monitor logs an alert summary and (``analyze_at_end``) the analyzer's quality
 report, function importance and reward-hacking check, and writes them as JSON to
-``<run_dir>/<summary_file>``.
+``<run_dir>/<summary_file>`` (with ``stop_reason`` / ``stopped_by`` when a plugin stopped the run).
+
+``stop_on_critical`` / ``stop_on_hacking`` make the monitor stop the run (``run.request_stop``) on a
+critical alert, or when the reward-hacking check, run on the history every ``hacking_check_every``
+steps, finds hacking likely with high confidence.
 """
 
 from __future__ import annotations
@@ -84,6 +88,13 @@ class RewardMonitorOptions:
     task_columns: tuple[str, ...] = ("acc",)
     #: JSON file in the run directory for the run-end summary
     summary_file: str = "reward_monitor.json"
+    #: stop the run (``run.request_stop``: status ``stopped``, a checkpoint) when a critical alert fires
+    stop_on_critical: bool = False
+    #: stop the run when the reward-hacking check, run on the history every ``hacking_check_every``
+    #: steps, says "reward hacking likely" with high confidence
+    stop_on_hacking: bool = False
+    #: steps between in-run reward-hacking checks (with ``stop_on_hacking``; the first at this step)
+    hacking_check_every: int = attrs.field(default=10, validator=attrs.validators.ge(3))
 
 
 class RewardMonitor:
@@ -154,7 +165,28 @@ class RewardMonitor:
             kept[perf] = float(metrics[perf])
         self.history.append((step, kept))
         self._reset(None)
+        self._maybe_stop(step, fired)
         return out
+
+    def _maybe_stop(self, step: int, fired: list[Any]) -> None:
+        """``stop_on_critical`` / ``stop_on_hacking``: ask the engine to end the run after this step."""
+        if self.run is None or self.run.stop_requested:
+            return
+        opts = self.options
+        critical = [a for a in fired if str(a.level) == "critical"] if opts.stop_on_critical else []
+        if critical:
+            a = critical[0]
+            self.run.request_stop(f"critical alert at step {step}: {a.message} (reward_monitor stop_on_critical)")
+            return
+        if opts.stop_on_hacking and len(self.history) >= opts.hacking_check_every and step % opts.hacking_check_every == 0:
+            try:
+                report = RewardAnalyzer(self.history, reward_range=self.reward_range).detect_reward_hacking(
+                    performance_metric=opts.performance_metric)
+            except AnalyzerError as exc:
+                log.info(f"in-run reward-hacking check skipped at step {step}: {exc}")
+                return
+            if report.detected and report.confidence == "high":
+                self.run.request_stop(f"{report.verdict} (checked at step {step}; reward_monitor stop_on_hacking)")
 
     @hookimpl
     def on_run_end(self, status: str) -> None:
@@ -201,6 +233,8 @@ class RewardMonitor:
             "status": status, "steps": len(self.history), "alerts": self.alerts.summary(),
             "reward_range": list(self.reward_range) if self.reward_range is not None else None,
         }
+        if self.run is not None and self.run.stop_reason:  # a requested stop (this monitor's or another plugin's)
+            out["stop_reason"], out["stopped_by"] = self.run.stop_reason, self.run.stopped_by
         if not self.options.analyze_at_end or not self.history:
             return out
         an = RewardAnalyzer(self.history, reward_range=self.reward_range)
