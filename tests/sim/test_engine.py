@@ -304,3 +304,17 @@ def test_run_n_runs_until_step_n_not_n_more(small_data, tmp_path):
     resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
     resumed.run(3)  # from step 2: one more step, up to step 3
     assert resumed.step == 3
+
+
+def test_reward_curriculum_gates_on_the_named_column_through_a_run(small_data, tmp_path):
+    """The same 7.0 threshold: passed by the summed reward of four functions, never by acc (0..1)."""
+    ema = {}
+    for gate in ("reward", "acc", "reward_fn/check_answer"):
+        _, rec = _run(small_config(tmp_path, sampler={**CURRICULUM, "gate_metric": gate}, run={"steps": 4}), small_data,
+                      tmp_path / gate.replace("/", "_"))
+        ema[gate] = [m["curriculum/reward_ema"] for m in rec.metrics.values()]
+        levels = [m["curriculum/level"] for m in rec.metrics.values()]
+        assert (max(levels) > 0) == (gate == "reward"), gate
+    assert max(ema["reward"]) > 7.0
+    assert all(0.0 <= e <= 1.0 for e in ema["acc"]) and max(ema["acc"]) > 0
+    assert all(-1.0 <= e <= 3.0 for e in ema["reward_fn/check_answer"])

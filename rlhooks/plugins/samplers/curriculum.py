@@ -223,7 +223,8 @@ class TimeCurriculumSampler(_CurriculumMixin):
 
 
 class RewardCurriculumSampler(_CurriculumMixin):
-    """Curriculum levels unlocked when the curriculum source's reward EMA reaches a threshold."""
+    """Curriculum levels unlocked when the curriculum source's EMA of ``gate_metric`` (default the
+    sequence reward) reaches a threshold."""
 
     Options: ClassVar[type] = RewardCurriculumOptions
     deprecated_names: ClassVar[dict[str, str]] = {"RewardGatedCurriculumSampler": "RewardCurriculumSampler"}
