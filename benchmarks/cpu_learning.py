@@ -52,8 +52,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
                                    "num_intervals": 3, "reward_threshold": 0.5, "reward_alpha": 0.2,
                                    "min_batches_per_level": 5, "check_frequency": 1}},
 }
+# the same with a stricter gate: 70% of the unlocked products answered correctly
+CONFIGS["curriculum_acc_0.7"] = {"sampler": {**CONFIGS["curriculum_acc"]["sampler"], "reward_threshold": 0.7}}
 #: --curriculum: the configurations, files and chart of the curriculum comparison
-CURRICULUM_CONFIGS = ["uniform", "curriculum_acc"]
+CURRICULUM_CONFIGS = ["uniform", "curriculum_acc", "curriculum_acc_0.7"]
 CURRICULUM_SOURCE = "mul_small"
 REWARDS = ["format_exact", "format_approx", "check_answer", "check_numbers"]
 
@@ -183,8 +185,8 @@ def summarize_curriculum(runs: list[dict], source: str = CURRICULUM_SOURCE) -> s
         lines.append(f"| {name} | {len(mine)} | {_means(finals)} | "
                      + " | ".join(_means(per_src[s]) for s in sources)
                      + f" | {_means(over_run)} | {levels} | {statistics.mean(r['wall_s'] for r in mine):.0f} s |")
-    if len(configs) >= 2:
-        base, other = configs[0], configs[1]
+    base = configs[0]
+    for other in configs[1:]:
         seeds = sorted(set(stats[base]) & set(stats[other]))
         if seeds:
             lines += ["", f"{other} minus {base}, paired by seed ({', '.join(map(str, seeds))}):", ""]
@@ -275,12 +277,13 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"uniform vs the accuracy-gated curriculum ({', '.join(CURRICULUM_CONFIGS)}); writes "
                          "benchmarks/CPU_LEARNING_CURRICULUM.md + .json and docs/img/cpu_learning_curriculum.png")
     ap.add_argument("--no-write", action="store_true", help="print the table only (a timing or trial run)")
+    ap.add_argument("--add-to", metavar="JSON", help="--curriculum: keep the runs saved in JSON and add these to them")
     args = ap.parse_args(argv)
     if args.summarize:
         runs = [_int_keys(r) for r in json.loads(Path(args.summarize).read_text())]
         target = args.target if args.target is not None else _default_target(runs)
         print(summarize(runs, target))
-        if any("curriculum_acc" == r["config"] for r in runs):
+        if any(r["config"].startswith("curriculum_acc") for r in runs):
             print("\n" + summarize_curriculum(runs))
         return 0
     if args.quick:
@@ -292,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     assets = runner.prepare(out / "assets")
     platform.install()
-    runs = []
+    runs = [_int_keys(r) for r in json.loads(Path(args.add_to).read_text())] if args.add_to else []
     started = time.perf_counter()
     write = not (args.quick or args.no_write)
     # --curriculum pairs the configs seed by seed, saving after each run: a run cut short keeps whole pairs
@@ -314,12 +317,20 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + table)
     if args.curriculum and write:
         chart_curriculum(runs, HERE.parent / "docs" / "img" / "cpu_learning_curriculum.png")
+        import os
+
+        threads = os.environ.get("OMP_NUM_THREADS")
+        options = "".join(f"\n* `{name}`: " + (f"`{json.dumps(CONFIGS[name]['sampler'])}`" if "sampler" in CONFIGS[name]
+                                                 else "none (verl's own sampler over all rows)")
+                          for name in dict.fromkeys(r["config"] for r in runs))
         (HERE / "CPU_LEARNING_CURRICULUM.md").write_text(
-            f"# Real CPU learner: accuracy-gated curriculum vs uniform\n\n`python -m benchmarks.cpu_learning "
-            f"--curriculum --seeds {' '.join(map(str, args.seeds))} --steps {args.steps} --test-freq {args.test_freq}`; "
+            f"# Real CPU learner: accuracy-gated curriculum vs uniform\n\n"
+            f"`{f'OMP_NUM_THREADS={threads} ' if threads else ''}python -m benchmarks.cpu_learning --curriculum "
+            f"--steps {args.steps} --test-freq {args.test_freq}` (the last invocation: `--seeds {' '.join(map(str, args.seeds))} "
+            f"--configs {' '.join(args.configs)}{' --add-to ' + args.add_to if args.add_to else ''}`); "
             f"{time.strftime('%Y-%m-%d')}; train batch {TRAIN_BS} prompts x {N}, generation batch {GEN_BS}; "
-            f"curriculum options {json.dumps(CONFIGS['curriculum_acc']['sampler'])}; total wall time {total:.0f} s "
-            f"on this machine.\n\n{table}\n\n![accuracy per step](../docs/img/cpu_learning_curriculum.png)\n")
+            f"{len(runs)} runs, {sum(r['wall_s'] for r in runs):.0f} s of run time in all on this machine.\n\n"
+            f"Samplers:{options}\n\n{table}\n\n![accuracy per step](../docs/img/cpu_learning_curriculum.png)\n")
     elif write:
         (HERE / "CPU_LEARNING.json").write_text(json.dumps(runs, indent=1))
         chart(runs, HERE.parent / "docs" / "img" / "cpu_learning.png")  # the site shows it
