@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import attrs
 import numpy as np
 
-from rlhooks import Batch, BatchError, DataError, hookimpl
+from rlhooks import REWARD, REWARD_FN_PREFIX, Batch, BatchError, DataError, hookimpl
 from rlhooks.plugins.samplers._draw import largest_remainder
 from rlhooks.plugins.samplers.multi_source import (
     MultiSourceOptions,
@@ -56,7 +56,7 @@ def _finite(_inst: Any, attr: attrs.Attribute, value: float) -> None:
 
 #: gate_metric names under this prefix are kept for per-source validation metrics (not delivered to samplers yet)
 VALIDATION_PREFIX = "validation/"
-SEQUENCE_REWARD = "reward"
+SEQUENCE_REWARD = REWARD  # the default gate: the sequence reward, every reward function summed
 
 
 def _gate_metric(_inst: Any, attr: attrs.Attribute, value: str) -> None:
@@ -315,7 +315,7 @@ class RewardCurriculumSampler(_CurriculumMixin):
         if col == SEQUENCE_REWARD or len(batch) == 0:
             return None
         if col not in batch:
-            fns = [c for c in batch.columns if c.startswith("reward_fn/")]
+            fns = [c for c in batch.columns if c.startswith(REWARD_FN_PREFIX)]
             raise BatchError(
                 f"{self.name}: gate_metric {col!r} is not a column of the feedback batch. Reward extras: "
                 f"{', '.join(batch.reward_extra_keys()) or '(none)'}; reward functions: {', '.join(fns) or '(none)'}; "
