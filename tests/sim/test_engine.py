@@ -310,7 +310,7 @@ def test_reward_curriculum_gates_on_the_named_column_through_a_run(small_data, t
     """The same 7.0 threshold: passed by the summed reward of four functions, never by acc (0..1)."""
     ema = {}
     for gate in ("reward", "acc", "reward_fn/check_answer"):
-        _, rec = _run(small_config(tmp_path, sampler={**CURRICULUM, "gate_metric": gate}, run={"steps": 4}), small_data,
+        _, rec = _run(small_config(tmp_path, sampler={**CURRICULUM, "gate_metric": gate}, run={"steps": 3}), small_data,
                       tmp_path / gate.replace("/", "_"))
         ema[gate] = [m["curriculum/reward_ema"] for m in rec.metrics.values()]
         levels = [m["curriculum/level"] for m in rec.metrics.values()]
