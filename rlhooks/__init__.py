@@ -59,7 +59,7 @@ from rlhooks.core.options import DispatchOptions, build_options, finite, non_neg
 from rlhooks.core.records import METRICS_FILE, encode_record, nonfinite_name, read_records
 from rlhooks.core.run import RunContext
 from rlhooks.core.rundir import claim as claim_output
-from rlhooks.core.rundir import write_atomic
+from rlhooks.core.rundir import open_output, write_atomic
 
 if TYPE_CHECKING:
     from rlhooks.core.sampler import Sampler
@@ -86,7 +86,7 @@ __all__ = [
     # files a plugin writes at run end (temp file + rename: never a truncated file)
     "write_atomic",
     # a file or directory a plugin creates in the run directory: claimed first, so a rerun may replace it
-    "claim_output",
+    "claim_output", "open_output",
     # errors
     "RLHooksError", "ConfigError", "ConfigIssue", "DataError", "PluginError", "RegistryError",
     "UnknownComponentError", "DuplicateComponentError", "BrokenPluginError", "GenerationLimitError",

@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+from rlhooks.core.components import is_reward_function, reward_component_problem
 from rlhooks.core.hookspecs import HOOK_NAMES
 from rlhooks.core.registry import GROUPS, Registry, is_builtin, qualified_name
 
@@ -89,12 +90,19 @@ def plugin_rows(registry: Registry, kind: str | None = None) -> list[dict[str, A
             "name": first.name, "aliases": [], "deprecated_aliases": {}, "kind": kind_, "distribution": first.dist,
             "version": first.version, "value": first.value, "hooks": [], "description": "",
             "status": "disabled" if first.disabled else "ok", "error": None,
+            "role": None,  # rewards only: "reward function" or "observer"
         }
         names = [i.name for i in infos]
         if not first.disabled:
             try:
                 obj = first.load()
                 row["hooks"] = hooks_of(obj)
+                if kind_ == "reward":  # a reward entry scores, observes (hooks), or cannot be used
+                    problem = reward_component_problem(obj)
+                    if problem:
+                        row["status"], row["error"] = "unusable", problem
+                    else:
+                        row["role"] = "reward function" if is_reward_function(obj) else "observer"
                 row["description"] = describe(obj)
                 deprecated = dict(getattr(obj, "deprecated_names", {}) or {})
                 row["deprecated_aliases"] = {n: deprecated[n] for n in names if n in deprecated}
@@ -143,6 +151,8 @@ def cmd_plugins_list(args: argparse.Namespace) -> int:
         print(f"{kind}s ({GROUPS[kind]}):")
         for r in sel:
             hooks = ", ".join(r["hooks"]) or "-"
+            if r.get("role") == "reward function":
+                hooks = "- (scores as a reward function)"
             status = "" if r["status"] == "ok" else f"  [{r['status']}]"
             aliases = ", ".join(
                 f"{a} (deprecated)" if a in r["deprecated_aliases"] else a for a in r["aliases"]

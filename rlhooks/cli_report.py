@@ -33,10 +33,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise RLHooksError(f"rlhooks report needs matplotlib ({exc}); install the 'report' extra: pip install -e '.[report]' in the rlhooks clone") from None
     dirs = [Path(d) for d in args.run_dirs]
     out = Path(args.out) if args.out else (dirs[0] / "report" if len(dirs) == 1 else Path("report"))
+    own = len(dirs) == 1 and out.absolute() == (dirs[0] / "report").absolute()
+    if own and out.is_symlink():
+        raise RLHooksError(f"{out} is a symbolic link; the run's own report is written only into a real directory, "
+                           f"never through a link: remove the link, or give --out DIR")
     try:
         page = write_report(dirs, out)
-    finally:  # a run's own report directory, drawn later: a rerun of that run may replace it
-        if len(dirs) == 1 and out.absolute() == (dirs[0] / "report").absolute() and out.exists():
+    finally:  # a run's own report directory (also while the run runs: it owns report/ from its start)
+        if own and out.exists():
             rundir.adopt_derived(out)
     print(f"report: {page}")
     print(f"charts: {out}/*.png")

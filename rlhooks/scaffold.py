@@ -9,6 +9,8 @@ runs them). The writer refuses an existing directory: it never overwrites what i
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import keyword
 import re
 from collections.abc import Iterable
@@ -48,12 +50,39 @@ def names_for(dist: str) -> dict[str, str]:
     if not _DIST_NAME.fullmatch(dist):
         raise ScaffoldError(f"{dist!r} is not a valid distribution name: letters, digits, '-', '_' and '.', "
                             f"starting and ending with a letter or digit (e.g. rlhooks-my-plugins)")
+    _refuse_taken_name(dist)
     module = re.sub(r"[^A-Za-z0-9]+", "_", dist).lower()
     if module[0].isdigit() or keyword.iskeyword(module):
         module = f"plugin_{module}"
     stem = module.removeprefix("rlhooks_") or module
-    return {"dist": dist, "module": module, "stem": stem,
-            "Cls": "".join(part.capitalize() for part in stem.split("_") if part)}
+    cls = "".join(part.capitalize() for part in stem.split("_") if part)
+    if not cls.isidentifier():  # rlhooks-1x: the stem starts with a digit; a class name cannot
+        cls = f"Rlhooks{cls}"
+    return {"dist": dist, "module": module, "stem": stem, "Cls": cls}
+
+
+def _normalized(dist: str) -> str:
+    """A distribution name as pip compares it (PEP 503): case, '-', '_' and '.' do not matter."""
+    return re.sub(r"[-_.]+", "-", dist).lower()
+
+
+def _refuse_taken_name(dist: str) -> None:
+    """A package named like rlhooks or an installed distribution (or shadowing an importable
+    module) would replace it on ``pip install -e .``, or be shadowed by it."""
+    wanted = _normalized(dist)
+    hint = "choose a name of its own, e.g. rlhooks-<what it does>; nothing was written"
+    if wanted == "rlhooks":
+        raise ScaffoldError(f"{dist!r} is rlhooks' own distribution name: installing the plugin would replace "
+                            f"rlhooks; {hint}")
+    for installed in importlib.metadata.distributions():
+        name = installed.metadata["Name"] or ""
+        if _normalized(name) == wanted:
+            raise ScaffoldError(f"{dist!r} is the name of an installed distribution ({name} {installed.version}): "
+                                f"installing the plugin would replace it; {hint}")
+    module = re.sub(r"[^A-Za-z0-9]+", "_", dist).lower()
+    if module.isidentifier() and importlib.util.find_spec(module) is not None:
+        raise ScaffoldError(f"{dist!r} would make a module {module!r}, the name of a module already importable "
+                            f"here: one would shadow the other; {hint}")
 
 
 def entry_name(names: dict[str, str], kind: str) -> str:
@@ -141,7 +170,7 @@ version = "0.1.0"
 description = "rlhooks plugins"
 readme = "README.md"
 requires-python = ">=3.10"
-dependencies = ["rlhooks"]
+dependencies = ["rlhooks>=0.1"]   # satisfied by an rlhooks installed from its clone
 
 [project.optional-dependencies]
 test = ["rlhooks[test]"]
@@ -155,6 +184,10 @@ where = ["src"]
 _PYTEST_OPTIONS = """
 [tool.pytest.ini_options]
 testpaths = ["tests"]
+# pytest-asyncio (installed beside rlhooks in many environments) warns when this is unset; without
+# pytest-asyncio the option is unknown to pytest, and that warning is ignored below
+asyncio_default_fixture_loop_scope = "function"
+filterwarnings = ["ignore:Unknown config option. asyncio_default_fixture_loop_scope:pytest.PytestConfigWarning"]
 """
 
 _README = """\
@@ -360,7 +393,9 @@ class ${Cls}Filter:
 
 rlhooks calls a backend on its own thread (the training loop never waits for it), and
 ``on_run_start`` runs on that same thread: a thread-bound handle such as an sqlite3 connection
-is opened there, never in ``__init__``.
+is opened there, never in ``__init__``. A file a plugin creates in the run directory is claimed
+first (``rlhooks.claim_output``; ``rlhooks.open_output`` opens a file claimed): a rerun of the
+same run name replaces only what its run claimed, and refuses otherwise.
 """
 
 from __future__ import annotations
@@ -372,7 +407,7 @@ from typing import Any
 
 import attrs
 
-from rlhooks import DispatchOptions, hookimpl
+from rlhooks import DispatchOptions, claim_output, hookimpl
 
 
 class ${Cls}Backend:
@@ -389,7 +424,9 @@ class ${Cls}Backend:
 
     @hookimpl
     def on_run_start(self, run: Any) -> None:
-        self.db = sqlite3.connect(Path(run.run_dir) / self.options.file)
+        path = Path(run.run_dir) / self.options.file
+        claim_output(path)  # before creating it: a rerun of the same run name may then replace it
+        self.db = sqlite3.connect(path)
         self.db.execute("CREATE TABLE IF NOT EXISTS metrics (step INTEGER, name TEXT, value TEXT)")
 
     @hookimpl

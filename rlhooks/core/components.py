@@ -96,9 +96,51 @@ class RewardFunction(abc.ABC):
         return np.fromiter((self(r, t) for r, t in zip(responses, targets)), float, len(responses))
 
 
+def _defines_call(cls: type) -> bool:
+    return any("__call__" in vars(base) for base in cls.__mro__ if base is not object)
+
+
+def _implements_hooks(obj: Any) -> bool:
+    # methods marked by rlhooks.hookimpl (pluggy's marker attribute), read without importing the
+    # hook specs (they import the config, which imports this module)
+    return any(getattr(getattr(obj, name, None), "rlhooks_impl", None) is not None
+               for name in dir(obj) if not name.startswith("__"))
+
+
 def is_reward_function(obj: Any) -> bool:
-    """Reward functions are RewardFunction subclasses or plain callables (not other classes)."""
+    """Reward functions are RewardFunction subclasses, plain callables, and classes that define
+    ``__call__(response, target, **info)`` and no hook (built like ``RewardFunction`` subclasses:
+    with their ``Options`` when they declare one). Other classes are reward observers (hooks)."""
     if inspect.isclass(obj):
-        return issubclass(obj, RewardFunction)
+        return issubclass(obj, RewardFunction) or (_defines_call(obj) and not _implements_hooks(obj))
     return callable(obj) and not inspect.ismodule(obj)
+
+
+def reward_component_problem(obj: Any) -> str | None:
+    """Why an entry of the ``rlhooks.rewards`` group would neither score nor observe, or None.
+
+    Anything named in ``rewards:`` must score or implement hooks; a class that does both without
+    the base class (or neither) would otherwise be taken as a hook plugin and never score."""
+    if not inspect.isclass(obj) or issubclass(obj, RewardFunction):
+        return None
+    call, hooks = _defines_call(obj), _implements_hooks(obj)
+    if call and hooks:
+        return ("defines __call__ (a reward function) and hook methods (a reward observer), so rlhooks cannot "
+                "tell whether it scores; to score, subclass rlhooks.RewardFunction (and move the hooks to a plugin "
+                "under rlhooks.plugins); to observe only, rename __call__")
+    if not call and not hooks:
+        return ("neither scores (no __call__(self, response, target, **info)) nor implements a hook; to score, "
+                "subclass rlhooks.RewardFunction and define __call__; to observe, decorate its hook methods with "
+                "@rlhooks.hookimpl")
+    return None
+
+
+def make_reward_function(obj: Any, options: Any = None) -> Any:
+    """The scoring callable of a reward function entry: a class is built (with its options when it
+    declares ``Options``), a plain function is used as is."""
+    if not inspect.isclass(obj):
+        return obj
+    if options_class(obj) is not None:
+        return obj(options if options is not None else obj.Options())
+    return obj()
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -115,10 +116,33 @@ def held() -> Iterator[Held]:
             _defer["pending"] = None
 
 
+#: the longest time bound ``bounded`` takes (about 31 years); the OS timer overflows a little above 9e9 s
+MAX_BOUND_S = 1e9
+#: what ``check_time_bound`` takes, in words
+TIME_BOUND_RULE = f"must be a finite number of seconds from 0 to {MAX_BOUND_S:g} (0: no bound)"
+
+
+def check_time_bound(seconds: Any) -> str | None:
+    """Why ``seconds`` is not a time bound for ``bounded``, or None. A bound is a finite number of
+    seconds from 0 (or None: no bound) to ``MAX_BOUND_S``; inf, NaN and negative values are refused,
+    not read as "no bound" or "no time at all"."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return f"must be a number of seconds, got {seconds!r}"
+    if math.isnan(seconds) or math.isinf(seconds) or not 0 <= seconds <= MAX_BOUND_S:
+        return f"{TIME_BOUND_RULE}, got {seconds!r}"
+    return None
+
+
 @contextlib.contextmanager
 def bounded(seconds: float | None) -> Iterator[None]:
-    """Stop the block with ``TimeBoundExceeded`` after ``seconds`` (main thread; None/0: unbounded)."""
-    if not seconds or seconds <= 0 or threading.current_thread() is not threading.main_thread():
+    """Stop the block with ``TimeBoundExceeded`` after ``seconds`` (main thread; None/0: unbounded).
+    A bound that ``check_time_bound`` refuses raises ValueError."""
+    problem = check_time_bound(seconds)
+    if problem:
+        raise ValueError(f"time bound {problem}")
+    if not seconds or threading.current_thread() is not threading.main_thread():
         yield
         return
 

@@ -134,8 +134,8 @@ class RunManager:
         self.config = config
         self.registry = registry if registry is not None else Registry(strict=config.run.strict_plugins or None)
         self.trace = config.run.trace_hooks or os.environ.get(TRACE_ENV, "") not in ("", "0")
+        # created by start() (running(): by its lock), so a run that fails to start leaves no empty directory
         self.run_dir = Path(run_dir) if run_dir is not None else Path(config.run.out_dir) / config.run.name
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.pm = dispatch.PluginManager(hookspecs.PROJECT)  # refuses hook wrappers
         self.pm.add_hookspecs(hookspecs.RLHookSpecs)
         self.components: list[Registered] = []
@@ -369,6 +369,7 @@ class RunManager:
 
     # Typed helpers, one per hook, in firing order.
     def start(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.call("on_run_start", run=self.context)
         self.dispatch_emitted()
 

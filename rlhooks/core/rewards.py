@@ -13,7 +13,6 @@ a bug in the function: it is warned about once and the rows are scored one by on
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -21,7 +20,8 @@ import attrs
 import numpy as np
 import structlog
 
-from rlhooks.core.components import RewardFunction
+from rlhooks.core.components import make_reward_function, options_class
+from rlhooks.core.errors import RLHooksError
 
 log = structlog.get_logger("rlhooks.rewards")
 
@@ -60,7 +60,13 @@ class RewardPipeline:
         """From ComponentConfigs of reward functions (classes are instantiated with options)."""
         entries = []
         for c in comps:
-            fn = c.obj(c.options) if inspect.isclass(c.obj) and issubclass(c.obj, RewardFunction) else c.obj
+            try:
+                fn = make_reward_function(c.obj, c.options)
+            except Exception as exc:
+                args = "options" if options_class(c.obj) else ""
+                raise RLHooksError(f"reward function {c.name!r} at {c.path}: {c.obj.__qualname__}({args}) raised "
+                                   f"{type(exc).__name__}: {exc}; a reward class must build from its Options alone "
+                                   f"(or from no arguments)") from exc
             entries.append(RewardEntry(c.name, fn, c.weight, c.error_score))
         return cls(entries)
 

@@ -10,18 +10,25 @@ decides what may happen to such a directory:
   ``<run_dir>/.rlhooks.lock``, a file holding its pid, host and start time. A second run on the
   same directory refuses to start and names that process. The kernel drops the lock when its
   process dies, so a lock left by a dead process is taken over (with a warning naming it).
-  The lock file itself is never deleted (deleting it would let two processes lock two different
-  files of the same name). Re-entrant within a process: an engine's CLI and its RunManager may
-  both hold it.
+  The lock file is opened without following a link and is never truncated unless it is an rlhooks
+  lock file: a link, a hard link, a FIFO or someone's file by that name is refused, left as it was.
+  Only a command that created the lock file and then refused the directory (or failed before
+  writing anything) removes it again, while still holding it; a locker checks after ``flock``
+  that the path still names the file it locked, so two processes never lock two different files
+  of the same name. Re-entrant within a process: an engine's CLI and its RunManager may both hold it.
 * ``RunDirectory``: a directory a command *replaces* on a rerun (``rlhooks simulate``). It is
   marked with ``.rlhooks-simulate`` (JSON: who made it, pid, host, start, and once the run
   ended its status and the entries it wrote). A rerun replaces only a directory with that
   marker whose run *finished*, and deletes only the entries the marker lists; anything else
   in it (a file a user added, a run that was killed and never finished) makes it refuse,
   having deleted nothing.
-* ``write_atomic``: a run-end file (summary.json, ...) is written to a temporary file in the
-  same directory, flushed to disk and renamed over the target: readers see the old file or
-  the whole new one, never a 0-byte or partial file, also when the disk is full.
+  A shared root (``--compare``'s, ``create(rewrites=...)``) is rewritten in place instead: the
+  entries it rewrites must be absent or the earlier run's, and not links; its other entries stay.
+* ``open_atomic`` / ``write_atomic``: a file a run owns under a fixed name (summary.json, the
+  report's page, data.parquet, ...) is written to a temporary file in the same directory, flushed
+  to disk and renamed over the target: readers see the old file or the whole new one, never a
+  0-byte or partial file, also when the disk is full; a link at the target is replaced, never
+  written through, and a link between the run directory and the target is refused.
 """
 
 from __future__ import annotations
@@ -33,11 +40,12 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, BinaryIO
 
 import structlog
 
@@ -54,10 +62,17 @@ LEGACY_ENTRIES = frozenset({"config.yaml", "data.parquet", "metrics.jsonl", "rep
                             "summary.json", "tensorboard", "wandb"})
 #: files rlhooks keeps in a run directory for itself (not run output)
 BOOKKEEPING = frozenset({LOCK_FILE, MARKER_FILE})
+#: entries a run directory owns from its start: `rlhooks report <run_dir>` draws the run's report there
+#: at any time, also while the run still runs
+DERIVED_ENTRIES = frozenset({"report"})
 
 
 class RunDirError(RLHooksError):
     """A run directory cannot be used: in use by another run, or not safe to replace."""
+
+
+class RunDirInUse(RunDirError):
+    """Another process holds the run directory's lock."""
 
 
 def check_run_name(name: Any) -> str | None:
@@ -130,7 +145,7 @@ class RunDirLock:
         self._key: str | None = None
 
     def acquire(self) -> RunDirLock:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        created_dirs = _make_dirs(self.run_dir)
         key = os.path.realpath(self.run_dir)
         with _held_lock:
             held = _held.get(key)
@@ -138,19 +153,11 @@ class RunDirLock:
                 held[1] += 1
                 self._key = key
                 return self
-            fh = open(self.run_dir / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115 - held until release
             try:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                info = _read_holder(fh)
-                fh.close()
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise RunDirError(f"cannot lock run directory {self.run_dir}: {exc.strerror or exc}") from None
-                raise RunDirError(
-                    f"run directory {self.run_dir} is in use by another run ({_holder_text(info) or 'unknown process'}); "
-                    f"wait for it to finish, stop it, or choose another run.name / --out"
-                ) from None
-            stale = _read_holder(fh)
+                fh, created_file, stale = self._lock_file()
+            except BaseException:
+                _remove_empty(created_dirs)
+                raise
             if stale:
                 log.warning(
                     f"run directory {self.run_dir} had a stale lock of {_holder_text(stale)}: that run did not end "
@@ -162,11 +169,74 @@ class RunDirLock:
             fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": _now(),
                                  "command": self.command}))
             fh.flush()
-            _held[key] = [fh, 1]
+            _held[key] = [fh, 1, created_file, created_dirs]
             self._key = key
         return self
 
-    def release(self) -> None:
+    def _lock_file(self) -> tuple[Any, bool, dict[str, Any]]:
+        """(the locked lock file, whether this call created it, its earlier holder's record).
+
+        Opened without following a link and never truncated unless it is an rlhooks lock file: a
+        planted ``.rlhooks.lock`` (a symlink, a hard link, a FIFO, someone's file) is refused, never emptied.
+        """
+        path = self.run_dir / LOCK_FILE
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        what = (f"remove it if it is not yours and no rlhooks command is running there, or choose another "
+                f"run.name / --out")
+        for _ in range(100):  # another run may remove a lock file it created (a refusal) between open and lock
+            created = False
+            try:
+                fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+                created = True
+            except FileExistsError:
+                try:
+                    fd = os.open(path, flags)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EOPNOTSUPP):
+                        raise RunDirError(f"{path} is not a regular file ({_kind(path)}), so rlhooks does not use it "
+                                          f"as its lock file (it never writes through a link); {what}") from None
+                    raise RunDirError(f"cannot open the lock file {path}: {exc.strerror or exc}") from None
+            except OSError as exc:
+                raise RunDirError(f"cannot create the lock file {path}: {exc.strerror or exc}") from None
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a FIFO, a device, a hard link to a user's file
+                os.close(fd)
+                kind = _kind(path) if not stat.S_ISREG(st.st_mode) else f"a file with {st.st_nlink} hard links"
+                raise RunDirError(f"{path} is not a lock file rlhooks made ({kind}), so rlhooks leaves it as it is; {what}")
+            fh = os.fdopen(fd, "r+", encoding="utf-8")  # "r+": never truncates on open
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                info = _read_holder(fh)
+                fh.close()
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise RunDirError(f"cannot lock run directory {self.run_dir}: {exc.strerror or exc}") from None
+                raise RunDirInUse(
+                    f"run directory {self.run_dir} is in use by another run ({_holder_text(info) or 'unknown process'}); "
+                    f"wait for it to finish, stop it, or choose another run.name / --out"
+                ) from None
+            if not _names(path, fh):  # the file locked must still be the one at the path (its creator may have removed it)
+                fh.close()
+                continue
+            text = ""
+            try:
+                fh.seek(0)
+                text = fh.read(_LOCK_MAX + 1)
+                info = json.loads(text) if text.strip() else {}
+            except (OSError, ValueError):  # not text, not JSON
+                info = None
+            if not isinstance(info, dict) or len(text) > _LOCK_MAX:
+                fh.close()
+                raise RunDirError(f"{path} is not a lock file rlhooks made (it holds other data), so rlhooks does not "
+                                  f"overwrite it; {what}")
+            return fh, created, info
+        raise RunDirError(f"cannot lock run directory {self.run_dir}: its lock file keeps being replaced")
+
+    def release(self, *, discard: bool = False) -> None:
+        """Unlock. ``discard``: the command refused the directory or failed before it wrote anything
+        there: the lock file (and the directories) this lock created are removed again, if empty."""
         if self._key is None:
             return
         with _held_lock:
@@ -178,22 +248,79 @@ class RunDirLock:
             if held[1] > 0:
                 return
             del _held[key]
-            fh = held[0]
+            fh, _, created_file, created_dirs = held
             try:
-                fh.seek(0)
-                fh.truncate()  # an empty lock file: the last run ended cleanly
-                fh.flush()
+                if discard and created_file and _names(self.run_dir / LOCK_FILE, fh):
+                    os.unlink(self.run_dir / LOCK_FILE)  # while still locked (see _lock_file's inode check)
+                else:
+                    fh.seek(0)
+                    fh.truncate()  # an empty lock file: the last run ended cleanly
+                    fh.flush()
             except OSError:
                 pass  # e.g. disk gone; the kernel lock still goes away with the file
             finally:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
                 fh.close()
+            if discard:
+                _remove_empty(created_dirs)
 
     def __enter__(self) -> RunDirLock:
         return self.acquire()
 
-    def __exit__(self, *exc: Any) -> None:
-        self.release()
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        self.release(discard=exc_type is not None)
+
+
+#: an rlhooks lock file holds one short JSON record (pid, host, start, command)
+_LOCK_MAX = 4096
+
+
+def _names(path: Path, fh: Any) -> bool:
+    """Whether ``path`` (not followed) is the open file ``fh``."""
+    try:
+        now, mine = os.lstat(path), os.fstat(fh.fileno())
+    except OSError:
+        return False
+    return (now.st_ino, now.st_dev) == (mine.st_ino, mine.st_dev)
+
+
+def _kind(path: Path) -> str:
+    """What ``path`` is, for an error message."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return "missing"
+    if stat.S_ISLNK(mode):
+        return f"a symbolic link to {os.readlink(path)}"
+    return {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device",
+            stat.S_IFBLK: "a device"}.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def _make_dirs(path: Path) -> list[Path]:
+    """``mkdir -p path``; returns the directories this call created, deepest first."""
+    missing: list[Path] = []
+    p = Path(os.path.abspath(path))
+    while not os.path.lexists(p) and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    created: list[Path] = []
+    for d in reversed(missing):
+        try:
+            os.mkdir(d)
+            created.append(d)
+        except FileExistsError:
+            pass
+    Path(path).mkdir(parents=True, exist_ok=True)  # its errors (a file in the way, a permission) as they are
+    return created[::-1]
+
+
+def _remove_empty(dirs: list[Path]) -> None:
+    """Remove the directories (deepest first) that are still empty; never anything else."""
+    for d in dirs:
+        try:
+            os.rmdir(d)
+        except OSError:  # not empty (someone wrote there meanwhile), or gone: leave it
+            return
 
 
 # -- replaceable run directories -----------------------------------------------------------------
@@ -233,8 +360,15 @@ class RunDirectory:
         self.owned: set[str] = set()  # top-level entries this run created (claimed before creating)
 
     @classmethod
-    def create(cls, out_dir: str | Path, name: str, *, command: str) -> RunDirectory:
-        """Lock ``<out_dir>/<name>``, replacing a finished earlier run ``command`` made there."""
+    def create(cls, out_dir: str | Path, name: str, *, command: str, rewrites: Collection[str] | None = None,
+               hint: str | None = None) -> RunDirectory:
+        """Lock ``<out_dir>/<name>``, replacing a finished earlier run ``command`` made there.
+
+        ``rewrites``: ``<out_dir>/<name>`` is a shared root (``--compare``'s) whose rerun rewrites
+        these entries in place instead of deleting the earlier run's files: each must be absent or
+        recorded by the earlier run, and not a link; the earlier run's other entries stay, and stay
+        owned. ``hint``: what to do, in a refusal. A refusal leaves no lock file and no directory behind.
+        """
         problem = check_run_name(name)
         if problem:
             raise RunDirError(f"run.name {problem}")
@@ -242,14 +376,20 @@ class RunDirectory:
         if problem:
             raise RunDirError(f"run.out_dir (--out) {problem}")
         path = Path(out_dir) / name
+        if path.is_symlink():
+            raise RunDirError(f"run directory {path} is {_kind(path)}; rlhooks writes a run only into a directory "
+                              f"it creates or made, never through a link: remove the link, or set --out / "
+                              f"run.out_dir to the directory you mean")
         lock = RunDirLock(path, command).acquire()
         try:
-            _clear_finished_run(path, command)
+            kept = _clear_finished_run(path, command, rewrites=rewrites, hint=hint)
             rd = cls(path, lock, command)
+            rd.owned.update(kept)
+            rd.owned.update(DERIVED_ENTRIES)  # `rlhooks report <run_dir>` draws into it at any time
             interrupt.outcome_recorded["status"] = None  # a new run: nothing recorded for it yet
             rd._write_marker()
         except BaseException:
-            lock.release()
+            lock.release(discard=True)
             raise
         with _active_lock:
             _active.append(rd)
@@ -343,6 +483,39 @@ def claim(path: str | Path) -> None:
             rd.claim(p[len(root) + 1:].split(os.sep, 1)[0])
 
 
+_OPEN_FLAGS = {"w": os.O_CREAT | os.O_TRUNC, "a": os.O_CREAT | os.O_APPEND, "x": os.O_CREAT | os.O_EXCL}
+
+
+def open_output(path: str | Path, mode: str = "w", *, encoding: str | None = None, newline: str | None = None,
+                buffering: int = -1) -> IO[Any]:
+    """Open a file a plugin writes in the run directory: claimed first (a rerun may replace it), its
+    directories made, never through a symbolic link. Returns the open file, like ``open(path, mode)``.
+
+    ``mode`` is ``w``, ``a`` or ``x``, with ``b`` and ``+`` as ``open`` takes them; text files are
+    UTF-8 unless ``encoding`` says otherwise. Outside a run directory the file is opened the same way,
+    and nothing is claimed.
+    """
+    kind = mode.replace("b", "").replace("+", "").replace("t", "")
+    if kind not in _OPEN_FLAGS or len(set(mode)) != len(mode) or not set(mode) <= set("waxbt+"):
+        raise ValueError(f"open_output: mode must be 'w', 'a' or 'x' (with 'b' or '+'), got {mode!r}; "
+                         f"read files with open()")
+    path = Path(path)
+    claim(path)
+    _refuse_linked_parents(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = _OPEN_FLAGS[kind] | (os.O_RDWR if "+" in mode else os.O_WRONLY) | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RunDirError(f"{path} is a symbolic link; rlhooks never writes through one (it may point "
+                              f"outside the run directory): remove it or write another file") from None
+        raise
+    if "b" in mode:
+        return os.fdopen(fd, mode, buffering)
+    return os.fdopen(fd, mode, buffering, encoding=encoding or "utf-8", newline=newline)
+
+
 def check_path_text(path: Any) -> str | None:
     """Why ``path`` cannot be written as a file name (not valid UTF-8, a NUL), or None."""
     text = os.fspath(path)
@@ -371,25 +544,37 @@ def _walk_present(path: Path) -> list[str]:
     return sorted(out)
 
 
-def check_replaceable(path: str | Path, command: str) -> None:
+def check_replaceable(path: str | Path, command: str, *, rewrites: Collection[str] | None = None,
+                      hint: str | None = None) -> None:
     """Raise the ``RunDirError`` a rerun of ``command`` in ``path`` would raise; delete nothing.
     (``--compare`` checks all its runs first, so a refusal leaves every earlier run as it was.)"""
-    _clear_finished_run(Path(path), command, dry_run=True)
+    if Path(path).is_symlink():
+        raise RunDirError(f"run directory {path} is {_kind(Path(path))}; rlhooks never writes a run through a link: "
+                          f"remove the link, or set --out / run.out_dir to the directory you mean")
+    _clear_finished_run(Path(path), command, dry_run=True, rewrites=rewrites, hint=hint)
 
 
-def _clear_finished_run(path: Path, command: str, *, dry_run: bool = False) -> None:
+def _clear_finished_run(path: Path, command: str, *, dry_run: bool = False, rewrites: Collection[str] | None = None,
+                        hint: str | None = None) -> set[str]:
     """Delete exactly the files a finished earlier run of ``command`` recorded in ``path``; refuse
-    anything else, having deleted nothing."""
+    anything else, having deleted nothing. With ``rewrites`` (a shared root) delete nothing: check
+    those entries and return the earlier run's entries that stay owned."""
     present = _walk_present(path)
     if not present and not (path / MARKER_FILE).exists():
-        return
+        return set()
     marker = _read_marker(path / MARKER_FILE)
-    hint = "choose another run.name or --out, or move it away yourself"
+    hint = hint or "choose another run.name or --out, or move it away yourself"
     if marker is None or marker.get("unreadable"):
         raise RunDirError(
             f"run directory {path} exists and was not made by '{command}'; {hint} "
-            f"(rlhooks never deletes a directory it did not create)"
+            f"(rlhooks never deletes or takes over a directory it did not create)"
         )
+    made_by = "rlhooks simulate" if marker.get("legacy") else marker.get("made_by")
+    if isinstance(made_by, str) and made_by != command:
+        raise RunDirError(f"{path} holds a run of '{made_by}', not of '{command}', so it is neither replaced nor "
+                          f"taken over; {hint}")
+    if rewrites is not None:
+        return _check_rewrites(path, marker, present, rewrites, hint)
     if marker.get("legacy") or "files" not in marker:
         # an older version's run: it did not record the files inside its directories
         top = sorted(n for n in present if os.sep not in n)
@@ -422,10 +607,10 @@ def _clear_finished_run(path: Path, command: str, *, dry_run: bool = False) -> N
         if foreign:
             raise RunDirError(
                 f"run directory {path} holds {foreign[0]!r}, which the earlier run did not write, so nothing is "
-                f"replaced; {hint}"
+                f"replaced; {hint}{_unclaimed_hint(path, foreign[0], marker)}"
             )
     if dry_run:
-        return
+        return set()
     log.info("replacing the earlier run", run_dir=str(path))
     # deepest first, so a directory is empty when its turn comes (anything foreign was refused above);
     # only what os.walk saw, which never descends through a symlink
@@ -439,6 +624,41 @@ def _clear_finished_run(path: Path, command: str, *, dry_run: bool = False) -> N
                 target.unlink()
     with contextlib.suppress(FileNotFoundError):
         (path / MARKER_FILE).unlink()
+    return set()
+
+
+def _check_rewrites(path: Path, marker: dict[str, Any], present: list[str], rewrites: Collection[str],
+                    hint: str) -> set[str]:
+    """A shared root's rerun: the entries it rewrites must be the earlier run's (recorded) and no link."""
+    if marker.get("finished") is None:
+        raise RunDirError(f"{path} holds a run that did not finish ({_holder_text(marker)}; killed or crashed), "
+                          f"so nothing is written there; {hint}")
+    recorded = {n for n in marker.get("files", []) if isinstance(n, str)}
+    for entry in sorted(rewrites):
+        if os.path.islink(path / entry):
+            raise RunDirError(f"{path} holds {entry!r}, {_kind(path / entry)}, which rlhooks never writes through, "
+                              f"so nothing is written; {hint}")
+        for rel in present:
+            if (rel == entry or rel.startswith(entry + os.sep)) and rel not in recorded:
+                raise RunDirError(f"{path} holds {rel!r}, which the earlier run did not write, so nothing is "
+                                  f"written; {hint}")
+    return {n for n in marker.get("owned", []) if isinstance(n, str) and os.path.lexists(path / n)}
+
+
+def _unclaimed_hint(run_dir: Path, rel: str, marker: dict[str, Any]) -> str:
+    """When ``rel`` was last written while the earlier run ran, a plugin of it most likely made it
+    without claiming it: say how a plugin claims its files."""
+    try:
+        mtime = os.lstat(run_dir / rel).st_mtime
+        started = _dt.datetime.fromisoformat(str(marker["started"])).timestamp()
+        finished = _dt.datetime.fromisoformat(str(marker["finished"])).timestamp()
+    except (OSError, KeyError, TypeError, ValueError):
+        return ""
+    if not started - 1 <= mtime <= finished + 2:  # timestamps are to the second
+        return ""
+    return (f". {rel!r} was written while the earlier run ran, so a plugin of that run probably made it without "
+            f"claiming it: a plugin that writes into the run directory must call rlhooks.claim_output(path) "
+            f"before creating the file (or create it with rlhooks.open_output(path)), so that a rerun may replace it")
 
 
 def adopt_derived(path: str | Path) -> bool:
@@ -455,7 +675,7 @@ def adopt_derived(path: str | Path) -> bool:
         return False
     try:
         lock = RunDirLock(run_dir, "rlhooks report").acquire()
-    except RunDirError:  # a run is writing there: its own end records what it owns
+    except RunDirInUse:  # a run is writing there: it owns report/ from its start, its end lists the files
         return False
     try:
         marker = _read_marker(marker_path) or {}
@@ -480,22 +700,35 @@ def adopt_derived(path: str | Path) -> bool:
 
 
 def write_atomic(path: str | Path, text: str | bytes, encoding: str = "utf-8", *, claim_it: bool = True) -> Path:
-    """Write ``path`` all at once: a temporary file beside it, fsync, rename over ``path``.
-
-    Inside a run directory being written, ``path`` is claimed as the run's first (see ``claim``).
+    """Write ``path`` all at once (see ``open_atomic``): a temporary file beside it, fsync, rename.
 
     On any error (a full disk, ENOSPC) the temporary file is removed and the OSError raised;
     an earlier ``path`` is left as it was, and no empty or partial ``path`` is ever seen.
     """
+    with open_atomic(path, claim_it=claim_it) as fh:
+        fh.write(text.encode(encoding) if isinstance(text, str) else text)
+    return Path(path)
+
+
+@contextlib.contextmanager
+def open_atomic(path: str | Path, *, claim_it: bool = True) -> Iterator[BinaryIO]:
+    """``with open_atomic(path) as fh:`` write a file a run owns: never through a link, whole or not at all.
+
+    Yields a binary file, a temporary file beside ``path``; when the block ends cleanly it is flushed,
+    fsynced and renamed over ``path``, else removed (an earlier ``path`` stays as it was). The rename
+    replaces a link at ``path`` instead of writing through it. Inside a run directory being written,
+    ``path`` is claimed as the run's first (see ``claim``), and a link between the run directory and
+    ``path`` (a ``report`` that is a link) is refused with a ``RunDirError`` naming it.
+    """
     path = Path(path)
-    data = text.encode(encoding) if isinstance(text, str) else text
     if claim_it:
         claim(path)
+    _refuse_linked_parents(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), 0o644)  # mkstemp makes 0600; run files are as readable as the others
-            fh.write(data)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -505,7 +738,21 @@ def write_atomic(path: str | Path, text: str | bytes, encoding: str = "utf-8", *
         if isinstance(exc, OSError) and exc.filename is None:  # say which file could not be written
             raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
-    return path
+
+
+def _refuse_linked_parents(path: Path) -> None:
+    """Raise if a directory between an active run directory and ``path`` is a link."""
+    with _active_lock:
+        roots = [Path(os.path.abspath(rd.path)) for rd in _active]
+    p = Path(os.path.abspath(path))
+    for root in roots:
+        if root not in p.parents:
+            continue
+        for d in reversed(p.parents):
+            if d == root or root in d.parents:
+                if d.is_symlink():
+                    raise RunDirError(f"{d} is {_kind(d)}: rlhooks never writes a run's file ({path.name}) through "
+                                      f"a link; remove the link (the run's own output never is one)")
 
 
 @contextlib.contextmanager
@@ -514,11 +761,14 @@ def locked(run_dir: str | Path, command: str = "rlhooks") -> Iterator[RunDirLock
     lock = RunDirLock(run_dir, command).acquire()
     try:
         yield lock
-    finally:
-        lock.release()
+    except BaseException:  # refused or failed: what the lock created is removed again if nothing else is there
+        lock.release(discard=True)
+        raise
+    lock.release()
 
 
 __all__ = [
-    "RunDirError", "RunDirLock", "RunDirectory", "check_run_name", "check_path_text", "claim", "safe_run_name", "write_atomic", "locked",
+    "RunDirError", "RunDirInUse", "RunDirLock", "RunDirectory", "check_run_name", "check_path_text", "claim",
+    "open_output", "open_atomic", "safe_run_name", "write_atomic", "locked",
     "LOCK_FILE", "MARKER_FILE",
 ]

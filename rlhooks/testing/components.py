@@ -37,7 +37,14 @@ import numpy as np
 import pytest
 
 from rlhooks.core.batch import Batch
-from rlhooks.core.components import FilterDecision, RewardFunction, instantiate, is_reward_function, options_class
+from rlhooks.core.components import (
+    FilterDecision,
+    instantiate,
+    is_reward_function,
+    make_reward_function,
+    options_class,
+    reward_component_problem,
+)
 from rlhooks.core.config import SECTIONS, _converter, load_config, structure_options
 from rlhooks.core.data import DatasetColumns
 from rlhooks.core.registry import Registry
@@ -268,14 +275,25 @@ class SamplerContract(ComponentContract):
     def test_sampler_state_round_trip_after_feedback(
         self, sampler_factory: Callable[..., Any], batch_size: int, trajectory_batch_factory: BatchFactory
     ) -> None:
-        """Adaptive samplers: weights/levels learned from on_rewards_computed survive a checkpoint."""
+        """Adaptive samplers: weights/levels learned from on_rewards_computed survive a checkpoint.
+
+        The sampler is fed rewards past an epoch boundary before ``state_dict()``, and the fresh
+        sampler's continuation is compared over more than an epoch: learned state that only shapes
+        the next epoch's order (and a load that drops it) shows there, not within the current epoch."""
         s = sampler_factory(seed=4)
+        epoch = len(s)
         stream = _IndexStream(s)
-        self._feedback(s, stream, batch_size, trajectory_batch_factory, steps=4)
+        self._feedback(s, stream, batch_size, trajectory_batch_factory, steps=-(-epoch // batch_size) + 2)
         state = s.state_dict()
-        expected = stream.take(batch_size * 3)
-        got = _IndexStream(self._reloaded(sampler_factory, state, seed=4)).take(batch_size * 3)
-        assert got == expected, "after reward feedback, a sampler loaded from state_dict() draws different indices"
+        expected = stream.take(epoch + 2 * batch_size)
+        got = _IndexStream(self._reloaded(sampler_factory, state, seed=4)).take(epoch + 2 * batch_size)
+        first = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), None)
+        assert first is None, (
+            f"after reward feedback across an epoch boundary, a sampler loaded from state_dict() draws different "
+            f"indices from the original's (first at position {first} of the continuation, epoch length {epoch}): "
+            f"state_dict() must hold everything learned from on_rewards_computed (weights, levels, statistics) and "
+            f"load_state_dict() must restore it all"
+        )
 
     def test_sampler_state_dict_is_a_snapshot(self, sampler_factory: Callable[..., Any], batch_size: int,
                                               trajectory_batch_factory: BatchFactory) -> None:
@@ -524,13 +542,14 @@ class RewardFunctionContract(ComponentContract):
 
     @pytest.fixture
     def plugin(self, component: Any, options: Any) -> Any:
-        # As RewardPipeline builds it: RewardFunction classes get options, plain functions are used as is.
+        # As RewardPipeline builds it: reward classes get their options, plain functions are used as is.
         if inspect.isclass(component):
-            assert issubclass(component, RewardFunction), (
-                f"{describe(component)}: a reward-function class must subclass rlhooks.RewardFunction"
+            problem = reward_component_problem(component)
+            assert problem is None and is_reward_function(component), (
+                f"{describe(component)}: a reward-function class must subclass rlhooks.RewardFunction "
+                f"(or define __call__ and no hook){': ' + problem if problem else ''}"
             )
-            return component(options) if options is not None else component()
-        return component
+        return make_reward_function(component, options)
 
     def _score(self, fn: Any, response: str, target: str) -> float:
         value = fn(response, target)

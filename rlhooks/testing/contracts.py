@@ -24,6 +24,7 @@ Hooks are called through a real pluggy PluginManager carrying rlhooks' specs, in
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -497,12 +498,54 @@ class HookPluginContract(
         problems = checks.hook_like_undecorated(harness.plugin, harness.hooks)
         assert not problems, f"{describe(harness.plugin)}:\n  " + "\n  ".join(problems)
 
+    def test_run_dir_files_are_claimed(self, harness: PluginHarness, trajectory_batch_factory: BatchFactory,
+                                       prompt_batch_factory: BatchFactory) -> None:
+        """Every file the plugin creates in the run directory is claimed, so a rerun of the same run
+        name replaces it (an unclaimed file makes the rerun refuse)."""
+        unclaimed, refusal = _claimed_run(harness, trajectory_batch_factory, prompt_batch_factory)
+        assert not unclaimed, (
+            f"{describe(harness.plugin)} wrote {', '.join(map(repr, unclaimed))} into the run directory without "
+            f"claiming it: a rerun of the same run name would refuse to replace the run. Call "
+            f"rlhooks.claim_output(path) before creating it, or create it with rlhooks.open_output(path)"
+        )
+        assert refusal is None, f"a rerun of the run would refuse: {refusal}"
+
     def test_full_run_lifecycle(self, started: PluginHarness, trajectory_batch_factory: BatchFactory,
                                 prompt_batch_factory: BatchFactory) -> None:
         """Three steps of two generation batches each, every hook in driver order, then on_run_end."""
         _run_steps(started, trajectory_batch_factory, steps=3, generations=2, prompt_batch_factory=prompt_batch_factory)
         check_none_result(started.end("success"), f"{describe(started.plugin)}.on_run_end")
         checks.check_emitted(started.run, describe(started.plugin))
+
+
+def _claimed_run(harness: PluginHarness, trajectory_batch_factory: BatchFactory,
+                 prompt_batch_factory: BatchFactory) -> tuple[list[str], str | None]:
+    """A full run of the plugin inside a real rlhooks run directory, as ``rlhooks simulate`` makes it;
+    (the entries it wrote without claiming them, the refusal a rerun of that run would give)."""
+    from rlhooks.core import rundir
+
+    run_dir = Path(harness.run.run_dir)
+    command = "rlhooks contract test"
+    try:
+        rd = rundir.RunDirectory.create(run_dir.parent, run_dir.name, command=command)
+    except rundir.RunDirError as exc:
+        pytest.fail(f"this check runs the plugin in a fresh rlhooks run directory; the run_dir fixture must give an "
+                    f"empty directory ({exc})")
+    try:
+        if harness.implements("on_run_start"):
+            check_none_result(harness.start(), f"{describe(harness.plugin)}.on_run_start")
+        harness.started = True
+        _run_steps(harness, trajectory_batch_factory, steps=2, generations=1, prompt_batch_factory=prompt_batch_factory)
+        check_none_result(harness.end("success"), f"{describe(harness.plugin)}.on_run_end")
+    finally:
+        rd.finish("success")
+    unclaimed = sorted(n for n in os.listdir(run_dir) if n not in rundir.BOOKKEEPING and n not in rd.owned)
+    try:
+        rundir.check_replaceable(run_dir, command)
+        refusal = None
+    except rundir.RunDirError as exc:
+        refusal = str(exc)
+    return unclaimed, refusal
 
 
 #: hook name -> the contract class that checks it (a meta-test keeps this complete)

@@ -5,7 +5,7 @@
 * ``xfail_checks = {"check_name": "reason"}`` on a contract subclass -> strict xfail markers
   (a key may name one parametrized case: ``"test_x[param-id]"``); unknown names are an error;
 * checks of hooks the plugin under test does not implement are deselected when the contract
-  class knows the plugin at collection time (``hooks_under_test``);
+  class knows the plugin at collection time (``hooks_under_test``), and the summary says so;
 * the ``rlhooks_run_factory`` fixture.
 """
 
@@ -56,9 +56,13 @@ def _applies(item: pytest.Item) -> bool:
     return hooks is None or hook in hooks
 
 
+_DESELECTED = pytest.StashKey[int]()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     keep = [_applies(item) for item in items]
     if not all(keep):
+        config.stash[_DESELECTED] = config.stash.get(_DESELECTED, 0) + keep.count(False)
         config.hook.pytest_deselected(items=[item for item, k in zip(items, keep) if not k])
         items[:] = [item for item, k in zip(items, keep) if k]
     validated: set[type] = set()
@@ -73,6 +77,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reason = _xfail_reason(item, checks)
         if reason:
             item.add_marker(pytest.mark.xfail(reason=f"declared in xfail_checks: {reason}", strict=True))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Say why the kit deselected checks: pytest's "N deselected" alone reads like a filter the user set."""
+    n = config.stash.get(_DESELECTED, 0)
+    if n:
+        terminalreporter.write_line(
+            f"rlhooks contract kit: {n} deselected = checks of hooks the plugins under test do not implement "
+            f"(known from plugin_class / hooks_under_test); nothing was left out of what they do implement"
+        )
 
 
 @pytest.fixture

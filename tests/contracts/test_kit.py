@@ -20,7 +20,7 @@ BROKEN = '''
 import json
 import numpy as np
 import pytest
-from rlhooks import hookimpl, Sampler, FilterDecision
+from rlhooks import hookimpl, open_output, Sampler, FilterDecision
 from rlhooks.testing import (HookPluginContract, BackendContract, ReadBack, FilterContract,
                              RewardFunctionContract, SamplerContract)
 
@@ -204,6 +204,71 @@ class TestIgnoresLoad(SamplerContract):
         return IgnoresLoad
 
 
+class LosesLearned(Sampler):
+    """Learns a weight per source from rewards; the next epoch's order favours high weights. Its
+    state holds the current epoch's order and position but not the weights: a resume keeps the
+    current epoch and loses what was learned, which shows only from the next epoch on."""
+
+    def __init__(self, options, data, *, batch_size, seed=0):
+        super().__init__(options, data, batch_size=batch_size, seed=seed)
+        self.weights = np.zeros(len(data.source_names))
+        self.epoch, self.pos = 0, 0
+        self.order = self._order()
+
+    def _order(self):
+        noise = np.random.default_rng([self.seed, self.epoch]).random(len(self.data))
+        return np.argsort(noise - self.weights[self.data.source_codes], kind="stable")
+
+    @hookimpl
+    def on_rewards_computed(self, batch):
+        codes = np.searchsorted(self.data.source_names, batch["data_source"])
+        np.add.at(self.weights, codes, batch["reward"])
+
+    def __iter__(self):
+        while self.pos < len(self.order):
+            self.pos += 1
+            yield int(self.order[self.pos - 1])
+        self.epoch, self.pos = self.epoch + 1, 0
+        self.order = self._order()
+
+    def __len__(self):
+        return len(self.data)
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "pos": self.pos, "order": self.order.copy()}
+
+    def load_state_dict(self, state):
+        self.epoch, self.pos, self.order = state["epoch"], state["pos"], state["order"].copy()
+
+
+class TestLosesLearned(SamplerContract):
+    plugin_class = LosesLearned
+
+
+class Claiming:
+    """Writes its file with rlhooks.open_output: claimed, so a rerun may replace it."""
+
+    @hookimpl
+    def on_run_start(self, run):
+        self.run_dir = run.run_dir
+
+    @hookimpl
+    def log_metrics(self, step, metrics):
+        with open_output(self.run_dir / "claimed" / "m.jsonl", "a") as f:
+            f.write(json.dumps({"step": step, **{k: float(v) for k, v in metrics.items()}}) + "\\n")
+
+
+class TestClaiming(BackendContract):
+    plugin_class = Claiming
+
+    def read_back(self, plugin, run_dir):
+        out = {}
+        for line in (run_dir / "claimed" / "m.jsonl").read_text().splitlines():
+            d = json.loads(line)
+            out.setdefault(d.pop("step"), {}).update(d)
+        return ReadBack(metrics=out)
+
+
 class TestSeedNotInState(SamplerContract):
     @pytest.fixture
     def component(self):
@@ -368,6 +433,8 @@ def test_broken_plugins_fail_the_right_checks(pytester: pytest.Pytester) -> None
         "TestIgnoresLoad::test_sampler_state_dict_is_a_snapshot",
         "TestDropScribbler::test_filter_cases_keep_the_batch_intact",
         "TestTaggedOnly::test_filter_cases_keep_the_batch_intact",
+        "TestLosesLearned::test_sampler_state_round_trip_after_feedback",
+        "TestBuffered::test_run_dir_files_are_claimed",
     ]
     wrong = {t: out.get(t, "not run") for t in must_fail if out.get(t) != "failed"}
     assert not wrong, f"these checks should have failed: {wrong}"
@@ -389,6 +456,11 @@ def test_broken_plugins_fail_the_right_checks(pytester: pytest.Pytester) -> None
         "TestDropScribbler::test_filter_returns_group_consistent_mask",
         "TestDropScribbler::test_filter_is_deterministic",
         "TestTaggedOnly::test_filter_returns_group_consistent_mask",
+        # the learned state is lost only across an epoch boundary: the other round trips pass
+        *(f"TestLosesLearned::test_sampler_{t}" for t in (
+            "state_round_trip_fresh", "state_round_trip_mid_epoch", "state_dict_is_a_snapshot")),
+        "TestClaiming::test_run_dir_files_are_claimed",
+        "TestClaiming::test_backend_flushes_everything_on_run_end",
     ]
     wrong = {t: out.get(t, "not run") for t in must_pass if out.get(t) != "passed"}
     assert not wrong, f"these checks should have passed: {wrong}"
@@ -416,6 +488,11 @@ def test_broken_plugins_fail_the_right_checks(pytester: pytest.Pytester) -> None
     assert "on_step_end is a hook wrapper (hookwrapper=True)" in text["TestWrapping::test_registers_on_plugin_manager"]
     assert "decorate it with @rlhooks.hookimpl" in text["TestUndecorated::test_hook_like_methods_are_registered"]
     assert "kept only part of group" in text["TestHalfGroups::test_filter_returns_group_consistent_mask"]
+    lost = text["TestLosesLearned::test_sampler_state_round_trip_after_feedback"]
+    assert "after reward feedback across an epoch boundary" in lost and "load_state_dict() must restore it all" in lost
+    unclaimed = text["TestBuffered::test_run_dir_files_are_claimed"]
+    assert "wrote 'm.jsonl' into the run directory without claiming it" in unclaimed
+    assert "rlhooks.claim_output(path)" in unclaimed and "rlhooks.open_output(path)" in unclaimed
 
     # plain asserts in the kit report the compared values: assertion rewriting is on for it
     report = text["TestNoPosition::test_sampler_state_round_trip_mid_epoch"]

@@ -91,6 +91,35 @@ OPTIONS_CODE = '''
             self.logged.append(step)
 
 
+    class LengthReward:
+        """A reward class that does not subclass rlhooks.RewardFunction: it scores all the same."""
+
+        @attrs.frozen(kw_only=True)
+        class Options:
+            scale: float = 1.0
+
+        def __init__(self, options):
+            self.options = options
+
+        def __call__(self, response, target, **info):
+            return self.options.scale * len(response)
+
+
+    class AmbiguousReward:
+        """Defines __call__ and a hook: rlhooks cannot tell whether it scores."""
+
+        def __call__(self, response, target, **info):
+            return 1.0
+
+        @hookimpl
+        def on_step_end(self, step):
+            return None
+
+
+    class InertReward:
+        """Neither scores nor observes."""
+
+
     def const_reward(response, target, **info):
         """1.0 when the response equals the target."""
         if response == "boom":
@@ -230,7 +259,10 @@ def installed_dists(tmp_path_factory: pytest.TempPathFactory) -> Path:
     opts = write_dist(root, "options-plugins", "0.2", "options_plugins", OPTIONS_CODE,
                       {"rlhooks.backends": {"opt_backend": "options_plugins:OptBackend",
                                             "wrong_arg_backend": "options_plugins:WrongArgBackend"},
-                       "rlhooks.rewards": {"const_reward": "options_plugins:const_reward"},
+                       "rlhooks.rewards": {"const_reward": "options_plugins:const_reward",
+                                           "length_reward": "options_plugins:LengthReward",
+                                           "ambiguous_reward": "options_plugins:AmbiguousReward",
+                                           "inert_reward": "options_plugins:InertReward"},
                        "rlhooks.samplers": {"FancySampler": "options_plugins:FancySampler",
                                             "stateless": "options_plugins:StatelessSampler",
                                             "OldFancySampler": "options_plugins:FancySampler"},

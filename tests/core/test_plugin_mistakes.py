@@ -206,3 +206,50 @@ def test_a_module_plugin_shows_its_own_frames(tmp_path, reg, monkeypatch):
         m.rewards_computed(1, batch())
     frames = re.findall(r"mod_plugin_under_test/__init__\.py:(\d+) in (\w+)", str(e.value))
     assert [f[1] for f in frames] == ["on_rewards_computed", "_ratio"]
+
+
+# -- anything in the rewards group scores, or the config is refused ------------------------------
+
+
+def test_a_callable_reward_class_without_the_base_class_scores(tmp_path, reg):
+    m = manager({"rewards": [{"name": "length_reward", "scale": 2.0, "weight": 0.5}]}, tmp_path, reg)
+    assert m.rewards.names == ["length_reward"]
+    assert not [r for r in m.components if r.name == "length_reward"]  # not a hook plugin with no hooks
+    res = m.rewards.score(["ab", "abcd"], ["x", "y"])
+    assert res.components["length_reward"].tolist() == [4.0, 8.0] and res.total.tolist() == [2.0, 4.0]
+
+
+@pytest.mark.parametrize("name, fix", [
+    ("ambiguous_reward", "defines __call__ (a reward function) and hook methods (a reward observer), so rlhooks "
+                         "cannot tell whether it scores; to score, subclass rlhooks.RewardFunction"),
+    ("inert_reward", "neither scores (no __call__(self, response, target, **info)) nor implements a hook; "
+                     "to score, subclass rlhooks.RewardFunction and define __call__"),
+])
+def test_a_reward_entry_that_would_never_score_is_refused_naming_the_fix(name, fix, reg):
+    from rlhooks import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        load_config({"rewards": [name]}, registry=reg)
+    assert "rewards[0]" in str(err.value) and "(options-plugins 0.2) is in rlhooks.rewards but " + fix in str(err.value)
+
+
+def test_plugins_list_shows_a_callable_reward_class_as_a_reward(third_party, capsys):
+    import json
+
+    from rlhooks.cli import main
+
+    assert main(["plugins", "list", "--kind", "reward", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["length_reward"]["role"] == "reward function" and rows["length_reward"]["status"] == "ok"
+    assert rows["check_answer"]["role"] == "reward function" and rows["reward_monitor"]["role"] == "observer"
+    assert rows["inert_reward"]["status"] == "unusable" and "neither scores" in rows["inert_reward"]["error"]
+    assert main(["plugins", "list", "--kind", "reward"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("length_reward"))
+    assert "hooks: - (scores as a reward function)" in line
+
+
+def test_the_verl_adapter_builds_a_callable_reward_class_with_its_options(third_party):
+    from rlhooks.plugins.rewards.verl_adapter import compute_score
+
+    out = compute_score("src", "abcd", "x", functions=["length_reward"], options={"length_reward": {"scale": 0.5}})
+    assert out["length_reward"] == 2.0 and out["score"] == 2.0 and out["reward_errors"] == 0.0

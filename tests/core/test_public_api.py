@@ -93,6 +93,7 @@ PLUGIN_API = [
     "unit_interval", "DispatchOptions", "RLHooksError", "ConfigError", "ConfigIssue", "DataError",
     "PluginError", "RegistryError", "GenerationLimitError",
     "LearningState", "LEARNING_COLUMN_PREFIX", "UNSEEN_LEARNABILITY", "keyed_uniforms",
+    "write_atomic", "claim_output", "open_output",
 ]
 
 

@@ -69,6 +69,11 @@ def test_generated_tests_pass_unchanged(generated, tmp_path):
     summary = res.stdout.strip().splitlines()[-1]
     # every kind's contract ran (no checks skipped: plugin_class limits them to the implemented hooks)
     assert " passed" in summary and "skipped" not in summary and "failed" not in summary, summary
+    # no pytest-asyncio loop-scope warning; the kit's deselections are explained, not a bare count
+    assert "asyncio_default_fixture_loop_scope" not in res.stdout + res.stderr
+    assert "deselected" in summary
+    assert re.search(r"rlhooks contract kit: \d+ deselected = checks of hooks the plugins under test do not "
+                     r"implement", res.stdout), res.stdout[-2000:]
     for cls in ("DemoKitSampler", "DemoKitFilter", "DemoKitBackend", "DemoKitReward", "DemoKitPlugin"):
         assert f"Test{cls}" in (src / "tests" / "test_contracts.py").read_text()
 
@@ -154,3 +159,36 @@ def test_each_kind_alone_writes_a_consistent_package(kind, tmp_path):
     assert f"class {cls}" in (root / "src" / f"rlhooks_only_{kind}" / f"{KINDS[kind][1]}.py").read_text()
     tests = (root / "tests" / "test_contracts.py").read_text()
     assert f'"rlhooks-only-{kind}:{name}"' in tests and f"plugin_class = {cls}" in tests
+
+
+def test_scaffold_and_docs_require_the_same_rlhooks(tmp_path):
+    """The generated pyproject's requirement is the one the packaging guide and the tutorial show."""
+    root = write_plugin("rlhooks-req-check", ["hook"], tmp_path)
+    pyproject = (root / "pyproject.toml").read_text()
+    assert 'dependencies = ["rlhooks>=0.1"]' in pyproject
+    assert 'asyncio_default_fixture_loop_scope = "function"' in pyproject
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    for page in ("how-to/package-plugins.md", "tutorial.md"):
+        text = (docs / page).read_text(encoding="utf-8")
+        assert "rlhooks>=0.1" in text and '"rlhooks"]' not in text, page
+
+
+def test_names_whose_stem_starts_with_a_digit_make_valid_classes(tmp_path):
+    root = write_plugin("rlhooks-1x", list(KINDS), tmp_path)
+    for path in root.rglob("*.py"):
+        compile(path.read_text(), str(path), "exec")
+    assert "class Rlhooks1xPlugin:" in (root / "src" / "rlhooks_1x" / "hooks.py").read_text()
+
+
+@pytest.mark.parametrize("name, says", [
+    ("rlhooks", "is rlhooks' own distribution name"),
+    ("RLHooks", "is rlhooks' own distribution name"),
+    ("numpy", "is the name of an installed distribution (numpy "),
+    ("PyYAML", "is the name of an installed distribution (PyYAML "),
+    ("yaml", "would make a module 'yaml', the name of a module already importable here"),
+])
+def test_refuses_names_of_rlhooks_installed_distributions_and_modules(name, says, tmp_path, capsys):
+    assert main(["new-plugin", name, "--dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert says in err and "nothing was written" in err, err
+    assert not (tmp_path / name).exists()

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import yaml
 
 from rlhooks.cli import main
 
-from .pages import DOCS, ROOT, Block, all_blocks
+from .pages import DOCS, README, ROOT, Block, all_blocks
 
 YAML_BLOCKS = all_blocks("yaml", "yml")
 PYTHON_BLOCKS = all_blocks("python", "py")
@@ -198,15 +199,10 @@ def test_signature_example_compiles(block: Block) -> None:
     compile(f"def {block.code.strip()}: ...\n", block.where, "exec")
 
 
-@pytest.mark.parametrize("where", ["docs/tutorial.md", "README.md"])
-def test_the_tutorial_plugin_installs_validates_and_runs(where: str, tmp_path: Path, monkeypatch, capsys,
-                                                         my_plugin_module) -> None:
-    """The page's plugin module, its pyproject entry point and its YAML line (the tutorial's first plugin,
-    the README's ten-line one), put together as an installed distribution: the config validates and a
-    short run logs the plugin's metric."""
-    from rlhooks.core.records import read_records
-
-    blocks = [b for b in all_blocks("python", "toml", "yaml") if b.path == ROOT / where]
+def test_the_readme_plugin_installs_validates_and_runs(tmp_path: Path, monkeypatch, capsys, my_plugin_module) -> None:
+    """The README's ten-line plugin, its pyproject entry point and its YAML line, put together as an
+    installed distribution: the config validates and a short run logs the plugin's metric."""
+    blocks = [b for b in all_blocks("python", "toml", "yaml") if b.path == README]
     module = next(b.code for b in blocks if b.code.startswith("# my_plugin/__init__.py"))
     entry = next(b.code for b in blocks if b.lang == "toml" and "long_responses" in b.code)
     plugins_line = next(b.code for b in blocks if b.code.startswith("plugins:"))
@@ -218,13 +214,60 @@ def test_the_tutorial_plugin_installs_validates_and_runs(where: str, tmp_path: P
     config = yaml.safe_load((DOCS.parent / "rlhooks" / "engines" / "sim" / "default.yaml").read_text())
     config.update(yaml.safe_load(plugins_line))
     config["run"].update(name="tutorial", steps=2, gen_batch_size=16, train_batch_size=8, out_dir=str(tmp_path))
+    _run_and_read_metric(tmp_path, config, capsys)
+
+
+def _run_and_read_metric(tmp_path: Path, config: dict, capsys) -> set:
+    from rlhooks.core.records import read_records
+
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     assert main(["config", "check", str(tmp_path / "c.yaml")]) == 0, capsys.readouterr()
     assert main(["simulate", str(tmp_path / "c.yaml"), "--no-report", "--no-progress"]) == 0
-    capsys.readouterr()
-    logged = {k for _, r in read_records(tmp_path / "tutorial" / "metrics.jsonl") if r and r["kind"] == "metrics"
+    name = config["run"]["name"]
+    logged = {k for _, r in read_records(tmp_path / name / "metrics.jsonl") if r and r["kind"] == "metrics"
               for k in r["metrics"]}
     assert "my/long_fraction" in logged
+    return logged
+
+
+def test_the_tutorial_plugin_installs_validates_and_runs(tmp_path: Path, monkeypatch, capsys, my_plugin_module) -> None:
+    """The tutorial's plugin step as written: its module and its whole pyproject.toml make a package that
+    pip really installs (setuptools needs [project] name and version), `plugins list` shows it, and the
+    page's long.yaml runs with it, the console printing its metric."""
+    import subprocess
+    import sys
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+
+    blocks = [b for b in all_blocks("python", "toml", "yaml", "bash") if b.path == DOCS / "tutorial.md"]
+    module = next(b.code for b in blocks if b.code.startswith("# my_plugin/__init__.py"))
+    pyproject = next(b.code for b in blocks if b.lang == "toml" and b.code.startswith("# my-plugin/pyproject.toml"))
+    config = yaml.safe_load(next(b.code for b in blocks if b.code.startswith("# long.yaml")))
+    commands = next(b.code for b in blocks if "pip install -e ./my-plugin" in b.code)
+    assert "rlhooks simulate long.yaml" in commands
+    project = tomllib.loads(pyproject)["project"]
+    assert project["name"] == "my-plugin" and project["version"] and project["dependencies"] == ["rlhooks>=0.1"]
+    src = tmp_path / "my-plugin"
+    (src / "my_plugin").mkdir(parents=True)
+    (src / "my_plugin" / "__init__.py").write_text(module, encoding="utf-8")
+    (src / "pyproject.toml").write_text(pyproject, encoding="utf-8")
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "--target", str(site), str(src)],
+                   check=True, capture_output=True, text=True)
+    monkeypatch.syspath_prepend(str(site))
+    assert main(["plugins", "list", "--kind", "plugin"]) == 0
+    listed = capsys.readouterr().out
+    assert re.search(r"long_responses\s+my-plugin:long_responses\s+my-plugin 0\.1\.0\s+hooks: on_rewards_computed",
+                     listed), listed
+    config["run"].update(steps=1, gen_batch_size=16, train_batch_size=8, out_dir=str(tmp_path))  # step 1 prints too
+    capsys.readouterr()
+    _run_and_read_metric(tmp_path, config, capsys)
+    printed = capsys.readouterr().out
+    assert re.search(r"step 1 \| sim/accuracy/mean [\d.]+ \| my/long_fraction [\d.]+", printed), printed
 
 
 def test_the_scan_sees_a_drifted_example(tmp_path: Path, capsys) -> None:

@@ -205,3 +205,80 @@ def test_older_versions_run_is_replaced_only_if_it_holds_just_what_such_a_run_wr
     (run_dir / "summary.json").write_text("{}\n")
     assert _sim(tmp_path)["status"] == "success"  # a finished older run: replaced
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "success"
+
+
+# -- files a plugin writes: claimed through claim_output / open_output ---------------------------
+
+
+def _ended_run(tmp_path: Path, write) -> Path:
+    from rlhooks.core.rundir import RunDirectory
+
+    rd = RunDirectory.create(tmp_path, "r", command="rlhooks simulate")
+    write(rd.path)
+    rd.finish("success")
+    return rd.path
+
+
+def test_rerun_refusal_names_claim_output_for_a_file_written_during_the_run(tmp_path: Path) -> None:
+    from rlhooks.core.rundir import RunDirectory
+
+    run_dir = _ended_run(tmp_path, lambda d: (d / "metrics.csv").write_text("step,value\n"))
+    with pytest.raises(RunDirError) as err:
+        RunDirectory.create(tmp_path, "r", command="rlhooks simulate")
+    text = str(err.value)
+    assert "holds 'metrics.csv', which the earlier run did not write" in text
+    assert "'metrics.csv' was written while the earlier run ran" in text
+    assert "must call rlhooks.claim_output(path) before creating the file (or create it with rlhooks.open_output" in text
+    assert (run_dir / "metrics.csv").exists()  # nothing deleted
+
+
+def test_rerun_refusal_does_not_blame_a_plugin_for_a_file_added_after_the_run(tmp_path: Path) -> None:
+    from rlhooks.core.rundir import RunDirectory
+
+    run_dir = _ended_run(tmp_path, lambda d: None)
+    notes = run_dir / "my-notes.txt"
+    notes.write_text("mine")
+    later = time.time() + 3600
+    os.utime(notes, (later, later))
+    with pytest.raises(RunDirError, match="my-notes.txt.*did not write") as err:
+        RunDirectory.create(tmp_path, "r", command="rlhooks simulate")
+    assert "claim_output" not in str(err.value)
+
+
+def test_open_output_claims_so_a_rerun_replaces_the_file(tmp_path: Path) -> None:
+    from rlhooks.core.rundir import RunDirectory
+
+    def write(d: Path) -> None:
+        with rlhooks.open_output(d / "csv" / "metrics.csv") as f:  # parent made and claimed
+            f.write("step,value\n1,0.5\n")
+        with rlhooks.open_output(d / "blob.bin", "wb") as f:
+            f.write(b"\x00\x01")
+
+    run_dir = _ended_run(tmp_path, write)
+    assert (run_dir / "csv" / "metrics.csv").read_text(encoding="utf-8") == "step,value\n1,0.5\n"
+    rd = RunDirectory.create(tmp_path, "r", command="rlhooks simulate")  # replaces: no refusal
+    try:
+        assert not (run_dir / "csv").exists() and not (run_dir / "blob.bin").exists()
+    finally:
+        rd.finish("success")
+
+
+def test_open_output_never_writes_through_a_symlink(tmp_path: Path) -> None:
+    from rlhooks.core.rundir import RunDirectory
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("keep")
+    rd = RunDirectory.create(tmp_path, "r", command="rlhooks simulate")
+    try:
+        (rd.path / "link.txt").symlink_to(outside / "precious.txt")
+        (rd.path / "linkdir").symlink_to(outside, target_is_directory=True)
+        with pytest.raises(RunDirError, match="link.txt is a symbolic link; rlhooks never writes through one"):
+            rlhooks.open_output(rd.path / "link.txt", "a")
+        with pytest.raises(RunDirError, match="linkdir is .*rlhooks never writes a run.s file"):
+            rlhooks.open_output(rd.path / "linkdir" / "precious.txt")
+        with pytest.raises(ValueError, match="mode must be 'w', 'a' or 'x'"):
+            rlhooks.open_output(rd.path / "x.txt", "r")
+    finally:
+        rd.finish("success")
+    assert (outside / "precious.txt").read_text() == "keep"

@@ -318,3 +318,11 @@ def test_reward_curriculum_gates_on_the_named_column_through_a_run(small_data, t
     assert max(ema["reward"]) > 7.0
     assert all(0.0 <= e <= 1.0 for e in ema["acc"]) and max(ema["acc"]) > 0
     assert all(-1.0 <= e <= 3.0 for e in ema["reward_fn/check_answer"])
+
+
+def test_progress_bar_is_off_when_stderr_is_not_a_terminal(tiny_data, tmp_path, capsys):
+    """`rlhooks simulate 2>&1 | tee log`: no bar frames in the piped stream (tqdm's disable=None)."""
+    engine = make_engine(small_config(tmp_path, run={"steps": 1}), tiny_data, tmp_path / "run")
+    engine.run(progress=True)
+    err = capsys.readouterr().err
+    assert "step/s" not in err and "|" not in err and "1/1" not in err, err[-500:]

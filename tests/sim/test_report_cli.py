@@ -205,3 +205,26 @@ def test_compare_reward_curriculum_reaches_the_target_before_uniform(tmp_path):
     assert uniform["generated_trajectories"] == curriculum["generated_trajectories"]  # no filter: same cost
     table = (tmp_path / "compare" / "comparison.md").read_text()
     assert "steps to 0.50: chain" in table and "| uniform" in table and "curriculum" in table
+
+
+def test_simulate_without_backends_warns_that_metrics_go_nowhere(tmp_path):
+    import attrs
+    import structlog
+
+    from rlhooks.engines.sim.engine import load_sim_config
+    from rlhooks.engines.sim.runs import warn_without_backends
+
+    cfg = tmp_path / "nobackends.yaml"
+    cfg.write_text(f"run: {{name: quiet, out_dir: {tmp_path}, steps: 1, train_batch_size: 8, gen_batch_size: 8}}\n"
+                   f"simulate: {{rows_per_source: 100}}\nrewards: [check_answer, source_metrics]\nbackends: []\n")
+    config = load_sim_config(str(cfg))
+    observer = attrs.evolve(config.rewards[1], kind="plugin", path="plugins[0]")
+    with structlog.testing.capture_logs() as logs:  # simulate_run calls it before the run starts
+        warn_without_backends(config)
+        warn_without_backends(attrs.evolve(config, plugins=(observer,)))  # the plugins whose metrics are lost
+        warn_without_backends(load_sim_config(str(cfg), overrides=["backends=[console]"]))
+    assert [e["event"] for e in logs] == [
+        "no backends configured (backends: []): the run's metrics, every step's, are written nowhere (only "
+        "summary.json is); add backends, e.g. backends: [console, jsonl]",
+        "no backends configured (backends: []): the run's metrics, its plugins' metrics (source_metrics) included, "
+        "are written nowhere (only summary.json is); add backends, e.g. backends: [console, jsonl]"]

@@ -10,7 +10,14 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from rlhooks.core.components import DEFAULT_ON_ERROR, ON_ERROR_CHOICES, NoOptions, is_reward_function, options_class
+from rlhooks.core.components import (
+    DEFAULT_ON_ERROR,
+    ON_ERROR_CHOICES,
+    NoOptions,
+    is_reward_function,
+    options_class,
+    reward_component_problem,
+)
 from rlhooks.core.config.schema import LEGACY_SAMPLER_MODULES, REWARD_FN_KEYS, ComponentConfig
 from rlhooks.core.config.structure import _strict_float, structure_options
 from rlhooks.core.errors import ConfigIssue, RegistryError
@@ -42,6 +49,9 @@ def _component(kind: str, item: Any, path: str, registry: Registry) -> tuple[Com
     if on_error not in ON_ERROR_CHOICES:
         issues.append(ConfigIssue(f"{path}.on_error", f"must be one of {', '.join(ON_ERROR_CHOICES)}, got {on_error!r}", name))
     weight, error_score = 1.0, 0.0
+    if kind == "reward" and (problem := reward_component_problem(obj)) is not None:
+        where = getattr(obj, "__qualname__", repr(obj))
+        issues.append(ConfigIssue(path, f"{where} ({dist}) is in rlhooks.rewards but {problem}", name))
     reward_fn = kind == "reward" and is_reward_function(obj)
     if reward_fn:
         for key in REWARD_FN_KEYS:

@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 
+from rlhooks.core import interrupt
 from rlhooks.core.errors import RLHooksError
 from rlhooks.engines.sim.compare import compare, format_comparison
 from rlhooks.engines.sim.resume_check import check_resume
@@ -46,14 +47,26 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--target-accuracy", type=float, help="accuracy for 'steps to target' (simulate.target_accuracy)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-report", action="store_true", help="do not write the HTML/PNG report at the end")
-    p.add_argument("--report-timeout", type=float, default=DEFAULT_REPORT_TIMEOUT_S, metavar="SECONDS",
+    p.add_argument("--report-timeout", type=_time_bound, default=DEFAULT_REPORT_TIMEOUT_S, metavar="SECONDS",
                    help="time bound of the report drawn after the run's outcome is recorded; past it the run "
-                   f"ends without a report, with a warning (default {DEFAULT_REPORT_TIMEOUT_S:g}; 0: no bound)")
+                   f"ends without a report, with a warning (default {DEFAULT_REPORT_TIMEOUT_S:g}; 0: no bound; "
+                   f"a finite number from 0 to {interrupt.MAX_BOUND_S:g}: inf, nan and negative values are refused)")
     p.add_argument("--check-resume", type=int, metavar="K",
                    help="integration check for sampler, filter and plugin authors: run to step K, save the state, "
                    "load it into a fresh engine and compare the following steps with an uninterrupted run "
                    "(exit 1 on a mismatch; no run directory is written)")
     p.set_defaults(func=cmd_simulate)
+
+
+def _time_bound(text: str) -> float:
+    """``--report-timeout``'s value: refused by argparse (exit 2, naming the flag) unless usable."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if interrupt.check_time_bound(seconds):
+        raise argparse.ArgumentTypeError(f"{interrupt.TIME_BOUND_RULE}, got {text!r}")
+    return seconds
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:

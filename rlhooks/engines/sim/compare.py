@@ -8,6 +8,13 @@ gives per source the first step whose simulated accuracy reached ``simulate.targ
 final accuracy, the trajectories generated until the mean accuracy first reached the target
 (``generated_to_target``, next to the final mean accuracy), and the generated vs trained
 trajectories (what the filters cost).
+
+``<out>/compare/`` is owned like a run directory (core/rundir.py): it carries the marker of
+``rlhooks simulate --compare``, every entry it writes is claimed first, and a rerun rewrites (each
+file atomically, never through a link) only the entries an earlier comparison recorded, after
+checking all of them and every run: a foreign file at one of its names, a link, a directory some
+other command made (a single run named ``compare``), or a config whose stem is one of its names is
+refused before any run starts. The earlier comparison's other runs stay, and stay its own.
 """
 
 from __future__ import annotations
@@ -17,11 +24,46 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rlhooks.core import interrupt
 from rlhooks.core.errors import RLHooksError
-from rlhooks.core.rundir import check_replaceable, locked, write_atomic
+from rlhooks.core.rundir import (
+    BOOKKEEPING,
+    RunDirectory,
+    check_replaceable,
+    check_run_name,
+    locked,
+    open_atomic,
+    write_atomic,
+)
 from rlhooks.engines.sim.runs import DEFAULT_REPORT_TIMEOUT_S, load_plotting, safe_name, simulate_run, try_report
 from rlhooks.engines.sim.data import write_dataset
 from rlhooks.engines.sim.engine import load_sim_config, sim_options
+
+
+#: what a comparison writes in ``<out>/compare/`` besides its runs (no config stem may name one of them)
+COMPARISON_FILES = ("data.parquet", "report", "generated_vs_accuracy.png", "comparison.json", "comparison.md")
+COMMAND = "rlhooks simulate --compare"
+_HINT = "choose another --out (a comparison is written to <out>/compare/), or move it away yourself"
+
+
+def run_names(configs: Sequence[str | Path]) -> list[str]:
+    """The run name of each config: its file stem made safe, a repeated stem numbered (``a``, ``a-2``).
+    A stem that is one of the comparison's own files (``report.yaml``) is refused, naming the config."""
+    reserved = {n.casefold() for n in (*COMPARISON_FILES, *BOOKKEEPING)}
+    names: list[str] = []
+    for c in configs:
+        base = safe_name(Path(c).stem)
+        problem = check_run_name(base)
+        if problem is None and base.casefold() in reserved:
+            problem = f"is {base!r}, a file the comparison itself writes in <out>/compare/ ({', '.join(COMPARISON_FILES)})"
+        if problem:
+            raise RLHooksError(f"--compare config {c}: its run is named after the file's stem, which {problem}; "
+                               f"rename or copy the config file (nothing was run)")
+        name, i = base, 2
+        while name.casefold() in {n.casefold() for n in names}:  # one directory also on a case-insensitive disk
+            name, i = f"{base}-{i}", i + 1
+        names.append(name)
+    return names
 
 
 def compare(
@@ -40,16 +82,32 @@ def compare(
     for c in configs:
         if not Path(c).exists():
             raise RLHooksError(f"config {c} does not exist")
+    names = run_names(configs)
+    problem = interrupt.check_time_bound(report_timeout_s)
+    if problem:
+        raise RLHooksError(f"report_timeout_s (--report-timeout) {problem}")
     root = Path(out or "runs") / "compare"
+    if root.is_symlink():  # before the lock, which would be created through it
+        check_replaceable(root, COMMAND, rewrites=COMPARISON_FILES, hint=_HINT)
     # one comparison at a time in a root: another would replace this one's finished runs and data
-    with locked(root, "rlhooks simulate --compare"):
-        return _compare_in(root, configs, overrides, data=data, progress=progress, report=report,
-                           report_timeout_s=report_timeout_s)
+    with locked(root, COMMAND):
+        # every refusal before anything is written, so a refusal leaves the earlier comparison whole
+        check_replaceable(root, COMMAND, rewrites=COMPARISON_FILES, hint=_HINT)
+        for name in names:
+            check_replaceable(root / name, "rlhooks simulate")
+        with RunDirectory.create(root.parent, root.name, command=COMMAND, rewrites=COMPARISON_FILES,
+                                 hint=_HINT) as rd:
+            for name in names:
+                rd.claim(name)
+            result = _compare_in(root, configs, names, overrides, data=data, progress=progress, report=report,
+                                 report_timeout_s=report_timeout_s)
+            rd.finish("success" if all(r["status"] == "success" for r in result["runs"]) else "failed")
+    return result
 
 
 def _compare_in(
-    root: Path, configs: Sequence[str | Path], overrides: Sequence[str], *, data: str | Path | None,
-    progress: bool, report: bool, report_timeout_s: float | None = DEFAULT_REPORT_TIMEOUT_S,
+    root: Path, configs: Sequence[str | Path], names: Sequence[str], overrides: Sequence[str], *,
+    data: str | Path | None, progress: bool, report: bool, report_timeout_s: float | None = DEFAULT_REPORT_TIMEOUT_S,
 ) -> dict[str, Any]:
     first = load_sim_config(configs[0], overrides=[o for o in overrides if o.startswith(("simulate.", "run.seed"))])
     if data is None:
@@ -57,15 +115,6 @@ def _compare_in(
         data = opts.data or write_dataset(root / "data.parquet", opts.rows_per_source, opts.data_seed, opts.sources)
     seed = first.run.seed
     target = sim_options(first).target_accuracy  # one target for the whole table (its rows name it)
-    names: list[str] = []
-    for c in configs:
-        base = safe_name(Path(c).stem)
-        name, i = base, 2
-        while name in names:
-            name, i = f"{base}-{i}", i + 1
-        names.append(name)
-    for name in names:  # refuse before any run is replaced, so a refusal leaves the earlier comparison whole
-        check_replaceable(root / name, "rlhooks simulate")
     summaries = []
     for c, name in zip(configs, names):
         run_overrides = [*overrides, f"run.name={name}", f"run.out_dir={root}", f"run.seed={seed}",
@@ -159,8 +208,11 @@ def write_generation_chart(summaries: Sequence[dict[str, Any]], path: str | Path
     ax.legend(loc="lower right")
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        with open_atomic(path) as fh:  # never through a link at path, never a cut PNG
+            fig.savefig(fh, format="png")
+    finally:
+        plt.close(fig)
     return path
 
 

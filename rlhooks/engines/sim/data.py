@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import structlog
 
 from rlhooks.core.data import DataError, DatasetColumns, complexity_scores, source_codes
-from rlhooks.core.rundir import claim
+from rlhooks.core.rundir import claim, open_atomic
 
 log = structlog.get_logger("rlhooks.sim")
 
@@ -182,7 +182,9 @@ def write_dataset(path: str | Path, rows_per_source: int = 500, seed: int = 0, s
     path = Path(path)
     claim(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(generate_table(rows_per_source, seed, sources), path)
+    table = generate_table(rows_per_source, seed, sources)
+    with open_atomic(path) as fh:  # never through a link planted at path; whole or not at all
+        pq.write_table(table, fh)
     return path
 
 

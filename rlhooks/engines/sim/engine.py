@@ -400,7 +400,9 @@ class SimEngine:
         if progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=total, initial=self.step, desc=self.config.run.name, unit="step", dynamic_ncols=True, leave=True)
+            # disable=None: no bar when stderr is not a terminal (piped, redirected), as tqdm users expect
+            bar = tqdm(total=total, initial=self.step, desc=self.config.run.name, unit="step", dynamic_ncols=True,
+                       leave=True, disable=None)
         try:
             with self.manager.running():
                 for step in range(self.step + 1, total + 1):

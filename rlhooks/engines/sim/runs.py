@@ -62,7 +62,11 @@ def simulate_run(
     logged data). An interrupted or failed run's summary is written too; then the KeyboardInterrupt
     or error is raised again.
     """
+    problem = interrupt.check_time_bound(report_timeout_s)
+    if problem:  # before the run: an unusable bound would otherwise silently mean "no report"
+        raise RLHooksError(f"report_timeout_s (--report-timeout) {problem}")
     config = load_sim_config(source if source is not None else default_config_path(), overrides=list(overrides))
+    warn_without_backends(config)
     with fresh_run_dir(config) as rd:
         run_dir = rd.path
         write_atomic(run_dir / "config.yaml", config.to_yaml())
@@ -92,6 +96,16 @@ def simulate_run(
                 _add_report(summary, rd, report_timeout_s)
         rd.finish()
     return summary
+
+
+def warn_without_backends(config: Any) -> None:
+    """A simulated run without backends writes its metrics nowhere (verl runs have verl's logger)."""
+    if config.backends:
+        return
+    plugins = [c.written_name or c.name for c in config.plugins]
+    lost = f"its plugins' metrics ({', '.join(plugins)}) included" if plugins else "every step's"
+    log.warning(f"no backends configured (backends: []): the run's metrics, {lost}, are written nowhere "
+                f"(only summary.json is); add backends, e.g. backends: [console, jsonl]")
 
 
 def _record_after_error(engine: SimEngine, elapsed: float, rd: RunDirectory) -> None:

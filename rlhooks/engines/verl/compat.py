@@ -50,7 +50,10 @@ RELIED_ON: tuple[str, ...] = (
         "_start_profiling", "_stop_profiling", "_get_gen_batch", "_compute_reward_colocate",
         "_balance_batch", "_compute_old_log_prob", "_compute_ref_log_prob", "_compute_values",
         "_update_actor", "_update_critic", "_save_checkpoint", "_load_checkpoint", "_log_rollout_data",
-    )),
+    )),  # _save_checkpoint: restated in checkpoints.CheckpointWriter.save (the order changed, see there)
+    # what a complete checkpoint is (the files the loader reads) and the rotation the shim replaces
+    "verl.utils.checkpoint.fsdp_checkpoint_manager:FSDPCheckpointManager.save_checkpoint",
+    "verl.utils.checkpoint.fsdp_checkpoint_manager:FSDPCheckpointManager.load_checkpoint",
     "verl.trainer.ppo.ray_trainer:apply_kl_penalty",
     "verl.trainer.ppo.ray_trainer:compute_advantage",
     "verl.trainer.ppo.ray_trainer:compute_response_mask",

@@ -17,7 +17,8 @@ computed per generation batch, before the filters (the DAPO recipe's order), so 
     finish (rlhooks): on_step_end -> merged metrics to rlhooks backends -> tables
                       and the same merged metrics to verl's Tracking logger
 
-What stays verl's: validation, checkpoints (plus an ``rlhooks.pt`` next to ``data.pt``),
+What stays verl's: validation, the checkpoint files (the save order, the resume decision and the
+rotation are rlhooks's, see ``checkpoints.py``; an ``rlhooks.pt`` next to ``data.pt`` seals each),
 profiling, timing / throughput / data metrics, ``rollout_data_dir`` dumps, ``on_batch_end``.
 The training part calls verl's own methods; the lines around them follow verl 0.9.1's fit().
 """
@@ -43,7 +44,8 @@ from rlhooks.core.batch import Batch
 from rlhooks.core.driver import StepDriver
 from rlhooks.core.errors import ConfigError, ConfigIssue
 from rlhooks.core.manager import RunManager
-from rlhooks.engines.verl import adapter, compat
+from rlhooks.core.records import METRICS_FILE
+from rlhooks.engines.verl import adapter, checkpoints, compat
 from rlhooks.engines.verl.config import rlhooks_config
 from verl import DataProto
 from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
@@ -62,7 +64,7 @@ from verl.trainer.ppo.ray_trainer import (
 )
 from verl.trainer.ppo.reward import extract_reward
 from verl.trainer.ppo.utils import Role, create_rl_dataset
-from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path, should_save_ckpt_esi
+from verl.utils.checkpoint.checkpoint_manager import should_save_ckpt_esi
 from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
 from verl.utils.skip.skip_manager import SkipManager
@@ -70,7 +72,7 @@ from verl.utils.skip.skip_manager import SkipManager
 log = structlog.get_logger("rlhooks.verl")
 
 #: file next to verl's data.pt holding every stateful rlhooks component (sampler included)
-STATE_FILE = "rlhooks.pt"
+STATE_FILE = checkpoints.STATE_FILE
 
 
 class DataExhausted(Exception):
@@ -229,7 +231,9 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 self._shutdown_dump_executor()
                 return
 
-        progress_bar = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress")
+        # disable=None: no bar frames in piped or redirected output
+        progress_bar = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress",
+                            disable=None)
         self.global_steps += 1
         SkipManager.set_step(self.global_steps)
         self.max_steps_duration = 0
@@ -496,50 +500,44 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         ))
         return metrics
 
-    # -- checkpoints: verl's, plus the state of every stateful rlhooks component -------------------
+    # -- checkpoints: verl's files, rlhooks's save order and resume rules (checkpoints.py) ----------
     def _save_checkpoint(self):
-        super()._save_checkpoint()  # data.pt holds the dataloader state, the sampler's included
-        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-        os.makedirs(folder, exist_ok=True)
-        # verl saves mid-step, before on_step_end; fit() rewrites the file once the step has ended
-        # (plugins that adjust in on_step_end, e.g. selective_rollout's p), this one covers a crash between.
-        self._write_rlhooks_state(folder)
-        self._saved_folder = folder
+        # restates verl's _save_checkpoint in an order where a kill never leaves the tracker on an
+        # incomplete checkpoint, nor rotation without a complete one (checkpoints.CheckpointWriter)
+        if getattr(self, "_checkpoint_writer", None) is None:
+            self._checkpoint_writer = checkpoints.CheckpointWriter.from_config(self.config.trainer, use_critic=self.use_critic)
+        workers = {"actor": self.actor_rollout_wg, **({str(Role.Critic): self.critic_wg} if self.use_critic else {})}
+        # data.pt holds the dataloader state, the sampler's included; rlhooks.pt is written mid-step, before
+        # on_step_end, and fit() rewrites it once the step has ended (plugins that adjust in on_step_end,
+        # e.g. selective_rollout's p); this one covers a crash between
+        self._saved_folder = str(self._checkpoint_writer.save(
+            self.global_steps, workers, self.train_dataloader.state_dict(), self._rlhooks_state()))
+
+    def _rlhooks_state(self) -> dict[str, Any]:
+        return {"components": self.rl.state_dict(), "epoch": self._epoch}
 
     def _write_rlhooks_state(self, folder: str) -> None:
-        path = os.path.join(folder, STATE_FILE)
-        tmp = path + ".tmp"
-        torch.save({"components": self.rl.state_dict(), "epoch": self._epoch}, tmp)
-        os.replace(tmp, path)
+        checkpoints.write_state(folder, self._rlhooks_state())  # keeps the seal's list of files
 
     def _load_checkpoint(self):
-        out = super()._load_checkpoint()
-        folder = self._resumed_folder()
-        if folder is None:
+        plan = checkpoints.plan_resume(self.config, use_critic=self.use_critic,
+                                       metrics_file=self.rl.run_dir / METRICS_FILE)
+        try:
+            out = super()._load_checkpoint()  # verl's rules pick plan.folder (the tracked or the named one)
+        except Exception as exc:
+            if plan.folder is None:
+                raise
+            raise checkpoints.load_error(plan, exc, self.config.trainer.default_local_dir,
+                                         checkpoints.roles_of(self.config, self.use_critic)) from exc
+        if plan.folder is None or plan.state is None:
             return out
-        path = os.path.join(folder, STATE_FILE)
-        if not os.path.exists(path):
-            log.warning("checkpoint has no rlhooks state; samplers and other components start fresh", folder=folder)
-            return out
-        state = torch.load(path, weights_only=False)
         # Also restores the sampler when verl skips data.pt at an epoch boundary: with dynamic
         # sampling, steps and dataloader batches are not aligned.
-        self.rl.load_state_dict(state["components"])
-        self._epoch = int(state.get("epoch", 0))
+        self.rl.load_state_dict(plan.state["components"])
+        self._epoch = int(plan.state.get("epoch", 0))
         self._batches = None
-        log.info("restored rlhooks state", folder=folder, components=list(state["components"]))
+        log.info("restored rlhooks state", folder=str(plan.folder), components=list(plan.state["components"]))
         return out
-
-    def _resumed_folder(self) -> str | None:
-        """The checkpoint folder verl's _load_checkpoint resumed from (same rules), or None."""
-        trainer = self.config.trainer
-        if trainer.resume_mode == "disable" or self.global_steps == 0:
-            return None
-        if trainer.resume_mode == "resume_path":
-            folder = trainer.resume_from_path
-        else:
-            folder = find_latest_ckpt_path(os.path.abspath(trainer.default_local_dir))
-        return os.path.abspath(folder) if folder else None
 
 
 #: the dynamic-sampling document's name for this trainer (``from verl.trainer.ppo import

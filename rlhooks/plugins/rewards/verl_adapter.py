@@ -72,7 +72,8 @@ def _options_key(names: tuple[str, ...], options: Mapping[str, Any] | None) -> s
 
 @functools.lru_cache(maxsize=32)
 def _resolve(names: tuple[str, ...], options_key: str = "{}") -> tuple[tuple[str, Callable[..., float]], ...]:
-    from rlhooks import RewardFunction, build_options
+    from rlhooks import build_options
+    from rlhooks.host import options_class
 
     options = json.loads(options_key)
     out = []
@@ -87,12 +88,14 @@ def _resolve(names: tuple[str, ...], options_key: str = "{}") -> tuple[tuple[str
             if not is_reward_function(obj):
                 raise ValueError(f"rlhooks reward {name!r} is an observer plugin, not a reward function")
             fn = obj
-        if isinstance(fn, type) and issubclass(fn, RewardFunction):
+        if isinstance(fn, type) and options_class(fn) is not None:  # a RewardFunction or another class with Options
             # the same validation as a YAML config: every problem with its key path
             fn = fn(build_options(fn.Options, options.get(name), path=f"{OPTIONS_PATH}.{name}", plugin=name))
         elif name in options:
             raise ValueError(f"compute_score: {OPTIONS_PATH}.{name}: reward function {name!r} takes no options "
-                             f"(only a RewardFunction subclass with an Options class does)")
+                             f"(only a reward class with an Options class does)")
+        elif isinstance(fn, type):  # a callable class without options: built as a run builds it
+            fn = fn()
         out.append((name, fn))
     return tuple(out)
 

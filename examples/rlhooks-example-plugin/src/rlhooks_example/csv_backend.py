@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import attrs
 
-from rlhooks import hookimpl
+from rlhooks import hookimpl, open_output
 
 
 def _not_empty(_inst: Any, attr: attrs.Attribute, value: str) -> None:
@@ -54,9 +54,9 @@ class CsvBackend:
         if not self.path.is_absolute():
             self.path = Path(run.run_dir) / self.path
         self.tables_dir = Path(run.run_dir) / self.options.tables_dir
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         new = not self.path.exists() or self.path.stat().st_size == 0
-        self._file = open(self.path, "a", newline="", encoding="utf-8")  # noqa: SIM115 - closed in on_run_end
+        # open_output: claimed (a rerun of the run name may replace it), directories made, no symlink followed
+        self._file = open_output(self.path, "a", newline="")  # closed in on_run_end
         self._writer = csv.writer(self._file)
         if new:
             self._writer.writerow(["step", "name", "value"])
@@ -76,9 +76,8 @@ class CsvBackend:
         if self.tables_dir is None:
             raise RuntimeError("csv backend: log_table before on_run_start")
         path = self.tables_dir / name.replace("/", "__") / f"step_{step}.csv"
-        path.parent.mkdir(parents=True, exist_ok=True)
         columns = list(dict.fromkeys(k for row in rows for k in row))
-        with open(path, "w", newline="", encoding="utf-8") as f:
+        with open_output(path, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=columns)
             w.writeheader()
             w.writerows(rows)

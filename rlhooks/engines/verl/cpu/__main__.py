@@ -12,9 +12,14 @@ def main(argv: list[str] | None = None) -> int:
     prep = sub.add_parser("prepare", help="build the warm-started tiny policy and write the task prompts")
     prep.add_argument("directory", help="where to put policy/ and train.parquet (reused when up to date)")
     args = parser.parse_args(argv)
+    from rlhooks.core.errors import RLHooksError
     from rlhooks.engines.verl.cpu.runner import prepare
 
-    policy_dir, data = prepare(args.directory)
+    try:
+        policy_dir, data = prepare(args.directory)
+    except RLHooksError as exc:  # it would replace files it did not write: say which and what to do
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(f"policy: {policy_dir}\nprompts: {data}")
     return 0
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import attrs
 import numpy as np
 
+from rlhooks.core.errors import RLHooksError
 from rlhooks.engines.verl.cpu import tasks
 
 RECIPE_FILE = "rlhooks_tiny_policy.json"
@@ -115,29 +117,83 @@ def warm_start(model, tokenizer, recipe: PolicyRecipe) -> list[float]:
 SHIPPED = Path(__file__).parent / "tiny_policy"
 
 
+class PrepareError(RLHooksError):
+    """``prepare`` would replace files it did not write, or write through a link."""
+
+
 def _holds(directory: Path, recipe: PolicyRecipe) -> bool:
     marker = directory / RECIPE_FILE
-    return marker.is_file() and json.loads(marker.read_text()).get("digest") == recipe.digest()
+    if not marker.is_file() or marker.is_symlink():
+        return False
+    try:
+        return json.loads(marker.read_text()).get("digest") == recipe.digest()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def check_target(directory: str | Path) -> None:
+    """``directory`` may receive the tiny policy: absent, empty, or one ``build_policy`` wrote (its
+    marker, :data:`RECIPE_FILE`, is there); a PrepareError saying what to do otherwise."""
+    directory = Path(directory)
+    if directory.is_symlink():
+        raise PrepareError(f"{directory} is a symbolic link: prepare does not write through links. Remove the "
+                           f"link, or prepare into another directory")
+    if not directory.exists():
+        return
+    if not directory.is_dir():
+        raise PrepareError(f"{directory} exists and is not a directory: prepare writes the tiny policy there. "
+                           f"Prepare into another directory, or move it away")
+    marker = directory / RECIPE_FILE
+    if marker.is_file() and not marker.is_symlink():
+        return
+    entries = sorted(p.name for p in directory.iterdir())
+    if entries:
+        raise PrepareError(
+            f"{directory} holds files prepare did not write (no {RECIPE_FILE}: {', '.join(entries[:5])}"
+            f"{', ...' if len(entries) > 5 else ''}); prepare never replaces a model it did not build. "
+            f"Prepare into another directory, or move {directory} away if it is yours to move"
+        )
+
+
+def _install(built: Path, directory: Path) -> None:
+    """Move the files of ``built`` into ``directory``, each by a rename (which replaces a link planted at
+    its name instead of writing through it), the marker last: a policy without its marker is never reused."""
+    directory.mkdir(parents=True, exist_ok=True)
+    names = sorted(p.name for p in built.iterdir() if p.is_file())
+    for name in sorted(names, key=lambda n: n == RECIPE_FILE):
+        os.replace(built / name, directory / name)
 
 
 def build_policy(directory: str | Path, recipe: PolicyRecipe | None = None, *, rebuild: bool = False) -> Path:
     """The warm-started tiny policy saved in ``directory`` (model, tokenizer, recipe); reused when the
     directory already holds this recipe's policy; the default recipe's is copied from the shipped one
-    unless ``rebuild``. Deterministic for a recipe (one thread) on one machine."""
+    unless ``rebuild``. Deterministic for a recipe (one thread) on one machine. Refuses (PrepareError)
+    a directory holding files it did not write (see :func:`check_target`)."""
     import shutil
-
-    import torch
+    import tempfile
 
     recipe = recipe or PolicyRecipe()
     directory = Path(directory)
+    check_target(directory)
     if not rebuild and _holds(directory, recipe):
         return directory
-    if not rebuild and _holds(SHIPPED, recipe):
-        directory.mkdir(parents=True, exist_ok=True)
-        for f in SHIPPED.iterdir():
-            if f.is_file():
-                shutil.copy2(f, directory / f.name)
-        return directory
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    built = Path(tempfile.mkdtemp(prefix=f".{directory.name}.partial-", dir=directory.parent))
+    try:
+        if not rebuild and _holds(SHIPPED, recipe):
+            for f in SHIPPED.iterdir():
+                if f.is_file():
+                    shutil.copyfile(f, built / f.name)  # into a fresh directory of ours: no link to follow
+        else:
+            _build(built, recipe)
+        _install(built, directory)
+    finally:
+        shutil.rmtree(built, ignore_errors=True)
+    return directory
+
+
+def _build(directory: Path, recipe: PolicyRecipe) -> None:
+    import torch
     from transformers import MistralForCausalLM
 
     tokenizer = tasks.make_tokenizer()
@@ -149,11 +205,50 @@ def build_policy(directory: str | Path, recipe: PolicyRecipe | None = None, *, r
         losses = warm_start(model, tokenizer, recipe)
     finally:
         torch.set_num_threads(threads)
-    directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     (directory / RECIPE_FILE).write_text(json.dumps({"digest": recipe.digest(), "recipe": attrs.asdict(recipe),
                                   "parameters": sum(p.numel() for p in model.parameters()),
                                   "warm_items": int(len(warm_items(recipe))),
                                   "warm_loss_first_last": [losses[0], losses[-1]]}, indent=1))
-    return directory
+
+
+#: what the CPU learner reads from a policy directory: file -> (what it must be, a key it must have)
+MODEL_FILES = {
+    "config.json": ("a transformers model config: a JSON object with model_type (what save_pretrained writes)",
+                    "model_type"),
+    "tokenizer.json": ("a `tokenizers` tokenizer: UTF-8 JSON with a model section (what tokenizer.save_pretrained "
+                       "writes)", "model"),
+    "tokenizer_config.json": ("a transformers tokenizer config: a JSON object", None),
+}
+
+
+def check_model_files(directory: str | Path) -> list[str]:
+    """One line per policy file that transformers would fail on with a traceback: not text, not JSON,
+    or without its key; each names the file, the key and the expected layout."""
+    problems = []
+    for name, (expected, key) in MODEL_FILES.items():
+        path = Path(directory) / name
+        if not path.is_file():
+            continue  # config.json's absence is reported by the caller; the tokenizer may be in other files
+        try:
+            value = json.loads(path.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            problems.append(f"{path} is not text (byte {exc.start} is not UTF-8); expected {expected}")
+            continue
+        except (OSError, ValueError) as exc:
+            problems.append(f"{path} is not JSON ({' '.join(str(exc).split())}); expected {expected}")
+            continue
+        if not isinstance(value, dict):
+            problems.append(f"{path} holds a JSON {type(value).__name__}, not an object; expected {expected}")
+        elif key is not None and key not in value:
+            problems.append(f"{path} has no {key!r} key; expected {expected}")
+    return problems
+
+
+def model_file_issues(cfg) -> list:
+    """:func:`check_model_files` of a verl config's policy, as config issues at its key."""
+    from rlhooks.core.errors import ConfigIssue
+
+    path = Path(str(cfg.actor_rollout_ref.model.path)).expanduser()
+    return [ConfigIssue("verl.actor_rollout_ref.model.path", p) for p in check_model_files(path)]

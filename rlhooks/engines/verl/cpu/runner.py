@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rlhooks.engines.verl.cpu import platform
+from rlhooks.engines.verl.cpu import platform, policy, tasks
 
 
 def verl_overrides(policy_dir: str | Path, train_file: str | Path, val_file: str | Path | None = None, *,
@@ -59,6 +59,7 @@ def check_local_files(cfg: Any) -> None:
     for f in [files] if isinstance(files, str) else list(files):
         if not Path(str(f)).expanduser().is_file():
             issues.append(ConfigIssue("verl.data.train_files", f"no file {f}"))
+    issues += policy.model_file_issues(cfg) + tasks.prompt_file_issues(cfg)  # unreadable or wrong layout
     if issues:
         hint = ("the CPU learner (trainer.device=cpu) trains a local policy: make the tiny one and its prompts "
                 "with `python -m rlhooks.engines.verl.cpu prepare runs/tiny`, or point these keys at your own")
@@ -105,7 +106,7 @@ def run(cfg: Any) -> None:
 
 def prepare(directory: str | Path) -> tuple[Path, Path]:
     """The warm-started policy (``<dir>/policy``) and the RL prompts (``<dir>/train.parquet``)."""
-    from rlhooks.engines.verl.cpu import policy, tasks
-
     directory = Path(directory)
+    policy.check_target(directory / "policy")  # both refusals before anything is written
+    tasks.check_target(directory / "train.parquet")
     return policy.build_policy(directory / "policy"), tasks.write_dataset(directory / "train.parquet")

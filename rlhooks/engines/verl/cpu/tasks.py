@@ -86,15 +86,17 @@ def make_tokenizer():
     return fast
 
 
-def write_dataset(path: str | Path, sources: tuple[str, ...] = tuple(SOURCES)) -> Path:
-    """The RL prompts as a parquet file in verl's RL layout (every item of each source once)."""
+#: schema metadata marking a prompt file ``write_dataset`` wrote (so ``prepare`` may replace it)
+MARKER = {b"rlhooks": b"cpu-learner-tasks"}
+
+
+def _table(sources: tuple[str, ...]):
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     data = items(sources)
     rows = len(data["source"])
     complexity = data["complexity"]
-    table = pa.table({
+    return pa.table({
         "data_source": data["source"].tolist(),
         "prompt": [[{"role": "user", "content": q}] for q in data["question"]],
         "ability": ["math"] * rows,
@@ -102,7 +104,117 @@ def write_dataset(path: str | Path, sources: tuple[str, ...] = tuple(SOURCES)) -
         "extra_info": [{"index": i, "complexity_score": float(c), "solution": s}
                        for i, (c, s) in enumerate(zip(complexity, data["solution"]))],
     })
+
+
+def check_target(path: str | Path, sources: tuple[str, ...] = tuple(SOURCES)) -> None:
+    """``path`` may receive the prompts: absent, or a file ``write_dataset`` wrote (its schema marker, or
+    the same rows as an earlier rlhooks wrote without one); a PrepareError saying what to do otherwise."""
+    import pyarrow.parquet as pq
+
+    from rlhooks.engines.verl.cpu.policy import PrepareError
+
     path = Path(path)
+    if path.is_symlink():
+        raise PrepareError(f"{path} is a symbolic link: prepare does not write through or replace links. Remove "
+                           f"the link, or prepare into another directory")
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise PrepareError(f"{path} exists and is not a file: prepare writes the prompts there. Prepare into "
+                           f"another directory, or move it away")
+    try:
+        if (pq.read_schema(path).metadata or {}).get(b"rlhooks") == MARKER[b"rlhooks"]:
+            return
+        if pq.read_table(path).equals(_table(sources)):
+            return
+    except Exception:  # noqa: BLE001 - not a parquet file, or another one: either way not ours
+        pass
+    raise PrepareError(f"{path} exists and prepare did not write it (it is not the tiny learner's prompts); "
+                       f"prepare never replaces data it did not write. Prepare into another directory, or move "
+                       f"{path} away if it is yours to move")
+
+
+def write_dataset(path: str | Path, sources: tuple[str, ...] = tuple(SOURCES)) -> Path:
+    """The RL prompts as a parquet file in verl's RL layout (every item of each source once); written to a
+    temporary file and renamed, so a link planted at ``path`` is replaced, never written through."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    check_target(path, sources)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        pq.write_table(_table(sources).replace_schema_metadata(MARKER), tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     return path
+
+
+#: the layout the CPU learner reads (verl's RL layout), for error messages
+LAYOUT = ("verl's RL layout: prompt = a list of chat messages ({role, content}), reward_model = a struct with "
+          "ground_truth, data_source = a string per row (see docs/how-to/cpu-learner.md)")
+
+
+def check_prompts(path: str | Path, prompt_key: str = "prompt") -> list[str]:
+    """One line per problem that would make the CPU learner fail with a traceback or train on garbage,
+    read from the parquet schema (no rows are scanned): each names the file, the column and the layout.
+
+    A ``prompt`` column of plain strings is refused, not wrapped: the file goes to verl's own
+    RLHFDataset (as on a GPU), which applies the chat template to a list of messages; wrapping would mean
+    training on a rewritten copy of the user's data. The message gives the one-line conversion."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    try:
+        schema = pq.read_schema(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds for a file that is not parquet
+        return [f"{path} is not a parquet file ({' '.join(str(exc).split())[:200]}); expected {LAYOUT}"]
+    problems = []
+    names = schema.names
+
+    def missing(column: str) -> str:
+        return f"{path} has no {column!r} column (columns: {', '.join(names) or 'none'}); expected {LAYOUT}"
+
+    if prompt_key not in names:
+        problems.append(missing(prompt_key))
+    else:
+        kind = schema.field(prompt_key).type
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            first = pq.read_table(path, columns=[prompt_key]).column(0)
+            example = repr(first[0].as_py())[:60] if len(first) else "none"
+            problems.append(
+                f"{path}: column {prompt_key!r} holds plain strings (row 0: {example}), not chat messages; the CPU "
+                f"learner refuses it rather than train on it. Convert it with pandas: "
+                f"df[{prompt_key!r}] = [[{{'role': 'user', 'content': p}}] for p in df[{prompt_key!r}]]"
+            )
+        elif not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not pa.types.is_struct(kind.value_type) \
+                or {"role", "content"} - {f.name for f in kind.value_type}:
+            problems.append(f"{path}: column {prompt_key!r} is {kind}; expected {LAYOUT}")
+    if "reward_model" not in names:
+        problems.append(missing("reward_model"))
+    else:
+        kind = schema.field("reward_model").type
+        if not pa.types.is_struct(kind) or "ground_truth" not in {f.name for f in kind}:
+            problems.append(f"{path}: column 'reward_model' is {kind}, without ground_truth; expected {LAYOUT}")
+    if "data_source" not in names:
+        problems.append(missing("data_source"))
+    return problems
+
+
+def prompt_file_issues(cfg) -> list:
+    """:func:`check_prompts` of a verl config's train and validation files that exist, as config issues."""
+    from rlhooks.core.errors import ConfigIssue
+
+    issues = []
+    for key in ("train_files", "val_files"):
+        files = cfg.data.get(key) or []
+        for f in [files] if isinstance(files, str) else list(files):
+            path = Path(str(f)).expanduser()
+            if path.is_file():
+                issues += [ConfigIssue(f"verl.data.{key}", p) for p in check_prompts(path, cfg.data.get("prompt_key", "prompt"))]
+    return issues

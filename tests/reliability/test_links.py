@@ -1,0 +1,294 @@
+"""Issue 29 (items 1, 2, 8): no write through a link, nothing left in a refused directory, the
+comparison root owned like a run directory, a report drawn at any time is the run's own, and a
+``--report-timeout`` that cannot bound anything is refused."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import rlhooks.host
+from rlhooks import hookimpl
+from rlhooks.cli import main
+from rlhooks.core import interrupt, rundir
+from rlhooks.core.errors import RLHooksError
+from rlhooks.core.rundir import LOCK_FILE, MARKER_FILE, RunDirError
+from rlhooks.engines.sim.cli import simulate_run
+from rlhooks.engines.sim.compare import compare
+
+FAST = ["simulate.rows_per_source=40", "run.train_batch_size=4", "run.gen_batch_size=8", "run.n=4", "run.steps=2",
+        "backends=[jsonl]"]
+VICTIM = b"a user's file, not rlhooks'\n"
+
+
+def _sim(out: Path, name: str, *extra: str) -> dict:
+    return simulate_run(None, [*FAST, f"run.out_dir={out}", f"run.name={name}", *extra], report=False)
+
+
+def _tree(d: Path) -> dict[str, bytes | str]:
+    """Every entry under ``d``: a file's bytes, a link's target (never followed)."""
+    out: dict[str, bytes | str] = {}
+    for root, dirs, files in os.walk(d):
+        for n in (*dirs, *files):
+            p = Path(root) / n
+            rel = str(p.relative_to(d))
+            out[rel] = f"-> {os.readlink(p)}" if p.is_symlink() else ("<dir>" if p.is_dir() else p.read_bytes())
+    return out
+
+
+def _plant(lock: Path, how: str, victim: Path) -> None:
+    """A ``.rlhooks.lock`` that is not rlhooks': a link to a user's file, a dangling link, a hard link, a FIFO,
+    a user's file."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    if how == "symlink":
+        lock.symlink_to(victim)
+    elif how == "dangling":
+        lock.symlink_to(victim.parent / "created-through-the-link")
+    elif how == "hardlink":
+        os.link(victim, lock)
+    elif how == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.write_bytes(VICTIM)
+
+
+def _configs(tmp_path: Path, *stems: str) -> list[Path]:
+    out = []
+    for stem in stems:
+        (tmp_path / f"{stem}.yaml").write_text("backends: [jsonl]\n")
+        out.append(tmp_path / f"{stem}.yaml")
+    return out
+
+
+# -- item 1: the run lock -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["symlink", "dangling", "hardlink", "fifo", "file"])
+def test_simulate_never_empties_or_creates_a_file_through_a_planted_lock(tmp_path: Path, how: str, capsys) -> None:
+    """`ln -s ~/victim out/fresh/.rlhooks.lock; rlhooks simulate --out out --set run.name=fresh` left the
+    victim at 0 bytes (exit 0); now it is refused naming the lock file, the victim as it was."""
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(VICTIM)
+    lock = tmp_path / "out" / "fresh" / LOCK_FILE
+    _plant(lock, how, victim)
+    code = main(["simulate", "--no-report", "--no-progress", "--out", str(tmp_path / "out"),
+                 *[a for kv in [*FAST, "run.name=fresh"] for a in ("--set", kv)]])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert str(lock) in err and "rlhooks" in err and ("not a regular file" in err or "not a lock file" in err), err
+    assert victim.read_bytes() == VICTIM
+    if how == "file":
+        assert lock.read_bytes() == VICTIM
+    assert not (tmp_path / "created-through-the-link").exists()
+    assert sorted(os.listdir(lock.parent)) == [LOCK_FILE]  # the run wrote nothing
+
+
+def test_compare_train_and_report_refuse_a_linked_lock_too(tmp_path: Path) -> None:
+    """Every lock user: --compare's root, RunManager.running() (what `rlhooks train` holds), and the lock
+    `rlhooks report` takes to record a report in a finished run's marker."""
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(VICTIM)
+    out = tmp_path / "out"
+    (out / "compare").mkdir(parents=True)
+    (out / "compare" / LOCK_FILE).symlink_to(victim)
+    with pytest.raises(RunDirError, match=r"compare/\.rlhooks\.lock is not a regular file \(a symbolic link"):
+        compare(_configs(tmp_path, "a", "b"), FAST, out=out, report=False)
+
+    cfg = rlhooks.host.load_config({"run": {"name": "train", "out_dir": str(out)}, "backends": []})
+    manager = rlhooks.host.RunManager(cfg)
+    (out / "train").mkdir()
+    (out / "train" / LOCK_FILE).symlink_to(victim)
+    with pytest.raises(RunDirError, match=r"train/\.rlhooks\.lock is not a regular file"), manager.running():
+        pass
+
+    run_dir = Path(_sim(out, "done")["run_dir"])
+    (run_dir / LOCK_FILE).unlink()
+    (run_dir / LOCK_FILE).symlink_to(victim)
+    (run_dir / "report").mkdir()
+    with pytest.raises(RunDirError, match=r"done/\.rlhooks\.lock is not a regular file"):
+        rundir.adopt_derived(run_dir / "report")
+    assert victim.read_bytes() == VICTIM
+
+
+def test_a_refused_directory_keeps_no_lock_file_and_a_failed_start_no_directory(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "mine").mkdir(parents=True)
+    (out / "mine" / "notes.txt").write_text("mine")
+    with pytest.raises(RunDirError, match="exists and was not made by 'rlhooks simulate'"):
+        _sim(out, "mine")
+    assert os.listdir(out / "mine") == ["notes.txt"]  # no .rlhooks.lock left behind
+
+    (out / "compare").mkdir()
+    (out / "compare" / "notes.txt").write_text("my own 'compare' folder")
+    with pytest.raises(RunDirError, match="exists and was not made by 'rlhooks simulate --compare'"):
+        compare(_configs(tmp_path, "a", "b"), FAST, out=out, report=False)
+    assert os.listdir(out / "compare") == ["notes.txt"]
+
+    class UnknownHook:  # fails RunManager's construction, as a broken plugin fails `rlhooks train`'s start
+        @hookimpl
+        def on_no_such_hook(self) -> None: ...
+
+    cfg = rlhooks.host.load_config({"run": {"name": "train", "out_dir": str(tmp_path / "fresh")}, "backends": []})
+    with pytest.raises(RLHooksError, match="is decorated with @hookimpl but is not an rlhooks hook"):
+        rlhooks.host.RunManager(cfg, extra_plugins=[("bad", UnknownHook())])
+    manager = rlhooks.host.RunManager(cfg)  # a start that fails before the run wrote anything
+    with pytest.raises(RuntimeError, match="worker start failed"), manager.running():
+        raise RuntimeError("worker start failed")
+    assert not (tmp_path / "fresh").exists()  # neither the run directory nor out_dir is left behind
+
+
+# -- item 2: the comparison root ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stem", ["report", "data.parquet", "comparison.json", "Comparison.MD", ".rlhooks.lock", ".."])
+def test_a_config_stem_naming_a_comparison_file_is_refused_before_any_run(tmp_path: Path, stem: str) -> None:
+    configs = [*_configs(tmp_path, "a"), tmp_path / f"{stem}.yaml"]
+    configs[1].write_text("backends: [jsonl]\n")
+    with pytest.raises(RLHooksError, match=r"--compare config .* rename or copy the config file \(nothing was run\)"):
+        compare(configs, FAST, out=tmp_path / "out", report=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_planted_links_in_a_new_comparison_root_are_never_written_through(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.parquet"
+    victim.write_bytes(VICTIM)
+    root = tmp_path / "out" / "compare"
+    root.mkdir(parents=True)
+    for name in ("data.parquet", "generated_vs_accuracy.png"):
+        (root / name).symlink_to(victim)
+    before = _tree(root)
+    with pytest.raises(RunDirError, match="exists and was not made by 'rlhooks simulate --compare'"):
+        compare(_configs(tmp_path, "a", "b"), FAST, out=tmp_path / "out", report=False)
+    assert victim.read_bytes() == VICTIM and _tree(root) == before
+
+
+def test_a_comparison_rerun_rewrites_only_what_it_wrote_and_never_through_a_link(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    root = out / "compare"
+    configs = _configs(tmp_path, "a", "b")
+    compare(configs, FAST, out=out, report=False)
+    marker = json.loads((root / MARKER_FILE).read_text())
+    assert marker["made_by"] == "rlhooks simulate --compare" and marker["status"] == "success"
+    assert {"a", "b", "data.parquet", "comparison.json", "comparison.md"} <= set(marker["owned"])
+    victim = tmp_path / "victim.png"
+    victim.write_bytes(VICTIM)
+
+    def refused(match: str) -> None:
+        before = _tree(root)
+        with pytest.raises(RunDirError, match=match):
+            compare(configs, FAST, out=out)
+        assert _tree(root) == before and victim.read_bytes() == VICTIM
+
+    # a report/ the earlier comparison (run without a report) did not write: not taken over
+    (root / "report").mkdir()
+    (root / "report" / "report.html").write_text("my page")
+    refused(r"holds 'report', which the earlier run did not write")
+    (root / "report" / "report.html").unlink()
+    (root / "report").rmdir()
+    # its own data and chart, swapped for links to a user's file: never written through
+    for name in ("data.parquet", "generated_vs_accuracy.png"):
+        saved = (root / name).read_bytes()
+        (root / name).unlink()
+        (root / name).symlink_to(victim)
+        refused(f"holds '{name}', a symbolic link to {victim}, which rlhooks never writes through")
+        (root / name).unlink()
+        (root / name).write_bytes(saved)
+
+    # the earlier comparison's other run stays, and stays the comparison's
+    result = compare([configs[0], *_configs(tmp_path, "c")], FAST, out=out, report=False)
+    assert [r["status"] for r in result["runs"]] == ["success", "success"]
+    assert (root / "b" / "summary.json").is_file()
+    assert {"a", "b", "c"} <= set(json.loads((root / MARKER_FILE).read_text())["owned"])
+
+
+def test_a_finished_single_run_named_compare_is_not_taken_over(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _sim(out, "compare")
+    before = _tree(out)
+    with pytest.raises(RunDirError, match=r"holds a run of 'rlhooks simulate', not of 'rlhooks simulate --compare', "
+                                          r"so it is neither replaced nor taken over; choose another --out"):
+        compare(_configs(tmp_path, "a", "b"), FAST, out=out, report=False)
+    assert _tree(out) == before
+
+
+def test_write_atomic_replaces_a_link_and_refuses_a_linked_directory_inside_a_run(tmp_path: Path) -> None:
+    victim_dir = tmp_path / "elsewhere"
+    victim_dir.mkdir()
+    with rundir.RunDirectory.create(tmp_path, "r", command="rlhooks simulate") as rd:
+        (rd.path / "summary.json").symlink_to(tmp_path / "victim.json")
+        rundir.write_atomic(rd.path / "summary.json", "{}")  # the link is replaced, not followed
+        assert not (rd.path / "summary.json").is_symlink() and not (tmp_path / "victim.json").exists()
+        (rd.path / "report").symlink_to(victim_dir)
+        with pytest.raises(RunDirError, match=r"r/report is a symbolic link to .*elsewhere: rlhooks never writes"):
+            rundir.write_atomic(rd.path / "report" / "report.html", "<html>")
+    assert os.listdir(victim_dir) == []
+
+
+# -- item 8: the report's ownership and time bound ------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["inf", "1e10", "nan", "-1", "-inf", "soon"])
+def test_report_timeout_that_cannot_bound_the_report_is_an_argparse_error(tmp_path: Path, value: str, capsys) -> None:
+    """inf / 1e10 / nan silently meant "no report" (setitimer overflow), a negative value "no bound"."""
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "--no-progress", "--out", str(tmp_path), f"--report-timeout={value}"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert "argument --report-timeout: must be a" in err and repr(value) in err, err
+    assert os.listdir(tmp_path) == []
+
+
+def test_report_timeout_in_the_python_api_is_checked_before_the_run(tmp_path: Path) -> None:
+    for bad in (math.inf, math.nan, 1e10, -1.0):
+        with pytest.raises(RLHooksError, match=r"report_timeout_s \(--report-timeout\) must be a finite number"):
+            simulate_run(None, [*FAST, f"run.out_dir={tmp_path}"], report_timeout_s=bad)
+        with pytest.raises(ValueError, match="time bound must be a finite number"), interrupt.bounded(bad):
+            pass
+    assert os.listdir(tmp_path) == []
+    with interrupt.bounded(interrupt.MAX_BOUND_S):  # the largest bound is a real timer, not an overflow
+        assert signal.getitimer(signal.ITIMER_REAL)[0] > interrupt.MAX_BOUND_S - 10
+
+
+def test_report_files_another_process_writes_while_the_run_runs_are_listed_at_its_end(tmp_path: Path) -> None:
+    """The rule behind item 8, in milliseconds: a simulate run owns report/ from its start, so what
+    `rlhooks report` (another process: no claim reaches this one) writes there mid-run is the run's."""
+    with rundir.RunDirectory.create(tmp_path, "r", command="rlhooks simulate") as rd:
+        assert "report" in json.loads((rd.path / MARKER_FILE).read_text())["owned"]
+        (rd.path / "report").mkdir()  # as write_report does, unclaimed in this process
+        (rd.path / "report" / "report.html").write_text("<html>")
+    assert "report/report.html" in json.loads((tmp_path / "r" / MARKER_FILE).read_text())["files"]
+    rundir.check_replaceable(tmp_path / "r", "rlhooks simulate")  # a rerun replaces it (it refused)
+
+
+@pytest.mark.slow
+def test_a_report_drawn_while_the_run_runs_is_the_runs_own(tmp_path: Path) -> None:
+    """`rlhooks report RUN_DIR` on a running run, then the run ends: its rerun replaces report/ (it refused)."""
+    out = tmp_path / "out"
+    run_dir = out / "live"
+    args = ["simulate", "--no-report", "--no-progress", "--out", str(out), "--steps", "100000"]
+    for kv in [*FAST[:-2], "run.name=live", "backends=[jsonl]"]:
+        args += ["--set", kv]
+    proc = subprocess.Popen([sys.executable, "-m", "rlhooks.cli", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").is_file():
+            time.sleep(0.05)
+        assert main(["report", str(run_dir)]) == 0
+        assert json.loads((run_dir / MARKER_FILE).read_text())["finished"] is None  # drawn while it ran
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 143, err
+    marker = json.loads((run_dir / MARKER_FILE).read_text())
+    assert "report/report.html" in marker["files"]
+    assert _sim(out, "live")["status"] == "success"  # the rerun replaced the run and its report
+    assert not (run_dir / "report").exists()
