@@ -52,6 +52,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
                                    "num_intervals": 3, "reward_threshold": 0.5, "reward_alpha": 0.2,
                                    "min_batches_per_level": 5, "check_frequency": 1}},
 }
+#: what make bench-learning runs (the --compare configurations)
+COMPARE_CONFIGS = ["dapo", "selective", "learnability", "uniform", "curriculum"]
 # the same with a stricter gate: 70% of the unlocked products answered correctly
 CONFIGS["curriculum_acc_0.7"] = {"sampler": {**CONFIGS["curriculum_acc"]["sampler"], "reward_threshold": 0.7}}
 #: --curriculum: the configurations, files and chart of the curriculum comparison
@@ -269,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--test-freq", type=int, default=4)
     ap.add_argument("--target", type=float, default=None, help="default: the mean start accuracy + 0.05")
-    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--configs", nargs="+", default=None, choices=list(CONFIGS),
+                    help=f"default: {' '.join(COMPARE_CONFIGS)}; with --curriculum: {' '.join(CURRICULUM_CONFIGS)}")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--out", default="runs/bench-cpu-learning")
     ap.add_argument("--summarize", metavar="JSON", help="only print the table of a saved run (e.g. another --target)")
@@ -288,8 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.seeds, args.steps, args.test_freq, args.configs = [0], 3, 3, ["dapo", "selective"]
-    if args.curriculum and args.configs == list(CONFIGS):
-        args.configs = CURRICULUM_CONFIGS
+    if args.configs is None:
+        args.configs = CURRICULUM_CONFIGS if args.curriculum else COMPARE_CONFIGS
     from rlhooks.engines.verl.cpu import platform, runner
 
     out = Path(args.out)
