@@ -5,6 +5,8 @@ learnability sampler, and a curriculum vs uniform sampling, over several seeds.
     python -m benchmarks.cpu_learning --quick    # make bench-quick: 1 seed, 3 steps, 2 configs, writes nothing
     python -m benchmarks.cpu_learning --seeds 0 1 --steps 16 --configs dapo selective
     python -m benchmarks.cpu_learning --summarize benchmarks/CPU_LEARNING.json --target 0.47
+    python -m benchmarks.cpu_learning --curriculum   # uniform vs the accuracy-gated curriculum:
+                                                     # writes benchmarks/CPU_LEARNING_CURRICULUM.md + .json
 
 Each run is ``rlhooks.engines.verl.cpu.runner.build_trainer(...).fit()`` from the shipped policy: verl's
 trainer flow, workers, GRPO and PPO loss on the tiny model. Accuracy is verl's own validation
@@ -41,7 +43,22 @@ CONFIGS: dict[str, dict[str, Any]] = {
                                "initial_complexity_percentile": 30, "final_complexity_percentile": 100,
                                "num_intervals": 3, "reward_threshold": 6.0, "reward_alpha": 0.3,
                                "min_batches_per_level": 2, "check_frequency": 1}},
+    # gated on the accuracy reward extra (acc: 1 when check_answer scores >= 1.5) of mul_small's unlocked
+    # rows, not the summed reward the format functions alone push past any useful threshold; the same
+    # source mix as uniform (proportional to the sources' sizes), so only the curriculum differs
+    "curriculum_acc": {"sampler": {"name": "reward_curriculum", "complexity_source": "mul_small",
+                                   "sampling_strategy": "proportional", "gate_metric": "acc",
+                                   "initial_complexity_percentile": 30, "final_complexity_percentile": 100,
+                                   "num_intervals": 3, "reward_threshold": 0.5, "reward_alpha": 0.2,
+                                   "min_batches_per_level": 5, "check_frequency": 1}},
 }
+#: what make bench-learning runs (the --compare configurations)
+COMPARE_CONFIGS = ["dapo", "selective", "learnability", "uniform", "curriculum"]
+# the same with a stricter gate: 70% of the unlocked products answered correctly
+CONFIGS["curriculum_acc_0.7"] = {"sampler": {**CONFIGS["curriculum_acc"]["sampler"], "reward_threshold": 0.7}}
+#: --curriculum: the configurations, files and chart of the curriculum comparison
+CURRICULUM_CONFIGS = ["uniform", "curriculum_acc", "curriculum_acc_0.7"]
+CURRICULUM_SOURCE = "mul_small"
 REWARDS = ["format_exact", "format_approx", "check_answer", "check_numbers"]
 
 
@@ -52,6 +69,8 @@ class Counter:
         self.sizes = sizes
         self.generated: dict[int, int] = {}
         self.accuracy: dict[int, float] = {}
+        self.source_accuracy: dict[int, dict[str, float]] = {}
+        self.curriculum: dict[int, dict[str, float]] = {}
 
     @rlhooks.hookimpl
     def on_rewards_computed(self, step, batch):
@@ -61,7 +80,14 @@ class Counter:
     def log_metrics(self, step, metrics):
         acc = {s: metrics.get(f"val-core/{s}/acc/mean@1") for s in self.sizes}
         if all(v is not None for v in acc.values()):
-            self.accuracy[step] = sum(acc[s] * n for s, n in self.sizes.items()) / sum(self.sizes.values())
+            self.record_validation(step, acc)
+        level = {k: float(v) for k, v in metrics.items() if k.startswith("curriculum/")}
+        if level:
+            self.curriculum[step] = level
+
+    def record_validation(self, step: int, acc: dict[str, float]) -> None:
+        self.source_accuracy[step] = {s: float(v) for s, v in acc.items()}
+        self.accuracy[step] = sum(acc[s] * n for s, n in self.sizes.items()) / sum(self.sizes.values())
 
 
 def one_run(name: str, seed: int, steps: int, test_freq: int, out: Path, assets: tuple[Path, Path],
@@ -92,11 +118,11 @@ def one_run(name: str, seed: int, steps: int, test_freq: int, out: Path, assets:
     trainer = runner.build_trainer(cfg, rlhooks_plugins=[("bench_counter", counter)])
     trainer.global_steps = 0  # the step-0 accuracy; fit()'s val_before_train would log it to verl's logger only
     initial = trainer._validate()
-    counter.accuracy[0] = sum(initial[f"val-core/{s}/acc/mean@1"] * n for s, n in counter.sizes.items()) / sum(
-        counter.sizes.values())
+    counter.record_validation(0, {s: initial[f"val-core/{s}/acc/mean@1"] for s in counter.sizes})
     trainer.fit()
     return {"config": name, "seed": seed, "wall_s": time.perf_counter() - started,
-            "generated": counter.generated, "accuracy": counter.accuracy}
+            "generated": counter.generated, "accuracy": counter.accuracy,
+            "source_accuracy": counter.source_accuracy, "curriculum": counter.curriculum}
 
 
 def generated_to(run: dict, target: float) -> int | None:
@@ -125,6 +151,80 @@ def summarize(runs: list[dict], target: float) -> str:
                      f"{statistics.mean(sum(r['generated'].values()) for r in mine):,.0f} | "
                      f"{statistics.mean(r['wall_s'] for r in mine):.0f} s |")
     return "\n".join(lines)
+
+
+def _level_steps(run: dict) -> list[int]:
+    """The step at which each curriculum level above 0 was first reached."""
+    out, level = [], 0
+    for step in sorted(run.get("curriculum", {})):
+        now = int(run["curriculum"][step].get("curriculum/level", 0))
+        out += [step] * max(0, now - level)
+        level = max(level, now)
+    return out
+
+
+def _means(values: list[float]) -> str:
+    return f"{statistics.mean(values):.3f} ({', '.join(f'{v:.3f}' for v in values)})"
+
+
+def summarize_curriculum(runs: list[dict], source: str = CURRICULUM_SOURCE) -> str:
+    """Per config: final accuracy (all prompts, each source), the curriculum source's mean validated
+    accuracy over the run (how early it learned), when each level unlocked; then the paired gain per seed."""
+    configs = list(dict.fromkeys(r["config"] for r in runs))
+    sources = list(next(iter(runs[0]["source_accuracy"].values())))
+    lines = ["| config | seeds | final accuracy, all prompts (mean; per seed) | "
+             + " | ".join(f"final {s}" for s in sources)
+             + f" | {source}, mean over validations after step 0 | levels unlocked at step (per seed) | wall time (mean) |",
+             "|---|---|---|" + "---|" * len(sources) + "---|---|---|"]
+    stats: dict[str, dict[int, tuple[float, float, float]]] = {}
+    for name in configs:
+        mine = sorted((r for r in runs if r["config"] == name), key=lambda r: r["seed"])
+        finals = [r["accuracy"][max(r["accuracy"])] for r in mine]
+        per_src = {s: [r["source_accuracy"][max(r["source_accuracy"])][s] for r in mine] for s in sources}
+        over_run = [statistics.mean(v[source] for k, v in r["source_accuracy"].items() if k > 0) for r in mine]
+        stats[name] = {r["seed"]: (f, p, o) for r, f, p, o in zip(mine, finals, per_src[source], over_run)}
+        levels = "; ".join(", ".join(map(str, _level_steps(r))) or "-" for r in mine) if "curriculum" in name else "n/a"
+        lines.append(f"| {name} | {len(mine)} | {_means(finals)} | "
+                     + " | ".join(_means(per_src[s]) for s in sources)
+                     + f" | {_means(over_run)} | {levels} | {statistics.mean(r['wall_s'] for r in mine):.0f} s |")
+    base = configs[0]
+    for other in configs[1:]:
+        seeds = sorted(set(stats[base]) & set(stats[other]))
+        if seeds:
+            lines += ["", f"{other} minus {base}, paired by seed ({', '.join(map(str, seeds))}):", ""]
+            for i, what in enumerate(("final accuracy, all prompts", f"final {source} accuracy",
+                                      f"{source} mean over validations")):
+                d = [stats[other][k][i] - stats[base][k][i] for k in seeds]
+                lines.append(f"* {what}: {statistics.mean(d):+.3f} on the mean ({', '.join(f'{x:+.3f}' for x in d)})")
+    return "\n".join(lines)
+
+
+def chart_curriculum(runs: list[dict], path: Path, source: str = CURRICULUM_SOURCE) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+    colors: dict[str, str] = {}
+    for r in runs:
+        steps = sorted(r["source_accuracy"])
+        for ax, ys in ((axes[0], [r["accuracy"][k] for k in steps]),
+                       (axes[1], [r["source_accuracy"][k][source] for k in steps])):
+            line = ax.plot(steps, ys, marker="o", ms=3, color=colors.get(r["config"]),
+                           label=r["config"] if ax is axes[0] and r["config"] not in colors else None)[0]
+        colors.setdefault(r["config"], line.get_color())
+        for step in _level_steps(r):
+            axes[1].axvline(step, color=colors[r["config"]], alpha=0.25, lw=1)
+    axes[0].set_ylabel("validated accuracy, all 434 prompts")
+    axes[1].set_ylabel(f"validated accuracy, {source} (lines: level-ups)")
+    for ax in axes:
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.suptitle("Real CPU learner: accuracy-gated curriculum vs uniform (greedy validation)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def chart(runs: list[dict], path: Path) -> None:
@@ -160,7 +260,8 @@ def _default_target(runs: list[dict]) -> float:
 
 def _int_keys(run: dict) -> dict:
     """A run read back from JSON (whose object keys are strings)."""
-    return {**run, **{k: {int(s): v for s, v in run[k].items()} for k in ("generated", "accuracy")}}
+    keys = [k for k in ("generated", "accuracy", "source_accuracy", "curriculum") if k in run]
+    return {**run, **{k: {int(s): v for s, v in run[k].items()} for k in keys}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,36 +271,70 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--test-freq", type=int, default=4)
     ap.add_argument("--target", type=float, default=None, help="default: the mean start accuracy + 0.05")
-    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--configs", nargs="+", default=None, choices=list(CONFIGS),
+                    help=f"default: {' '.join(COMPARE_CONFIGS)}; with --curriculum: {' '.join(CURRICULUM_CONFIGS)}")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--out", default="runs/bench-cpu-learning")
     ap.add_argument("--summarize", metavar="JSON", help="only print the table of a saved run (e.g. another --target)")
+    ap.add_argument("--curriculum", action="store_true",
+                    help=f"uniform vs the accuracy-gated curriculum ({', '.join(CURRICULUM_CONFIGS)}); writes "
+                         "benchmarks/CPU_LEARNING_CURRICULUM.md + .json and docs/img/cpu_learning_curriculum.png")
+    ap.add_argument("--no-write", action="store_true", help="print the table only (a timing or trial run)")
+    ap.add_argument("--add-to", metavar="JSON", help="--curriculum: keep the runs saved in JSON and add these to them")
     args = ap.parse_args(argv)
     if args.summarize:
         runs = [_int_keys(r) for r in json.loads(Path(args.summarize).read_text())]
         target = args.target if args.target is not None else _default_target(runs)
         print(summarize(runs, target))
+        if any(r["config"].startswith("curriculum_acc") for r in runs):
+            print("\n" + summarize_curriculum(runs))
         return 0
     if args.quick:
         args.seeds, args.steps, args.test_freq, args.configs = [0], 3, 3, ["dapo", "selective"]
+    if args.configs is None:
+        args.configs = CURRICULUM_CONFIGS if args.curriculum else COMPARE_CONFIGS
     from rlhooks.engines.verl.cpu import platform, runner
 
     out = Path(args.out)
     assets = runner.prepare(out / "assets")
     platform.install()
-    runs = []
+    runs = [_int_keys(r) for r in json.loads(Path(args.add_to).read_text())] if args.add_to else []
     started = time.perf_counter()
-    for name in args.configs:
-        for seed in args.seeds:
-            run = one_run(name, seed, args.steps, args.test_freq, out / f"{name}-{seed}", assets, args.lr)
-            runs.append(run)
-            print(f"[{name} seed {seed}: {run['wall_s']:.0f} s, accuracy "
-                  f"{run['accuracy'][0]:.3f} -> {run['accuracy'][max(run['accuracy'])]:.3f}]", file=sys.stderr)
+    write = not (args.quick or args.no_write)
+    # --curriculum pairs the configs seed by seed, saving after each run: a run cut short keeps whole pairs
+    order = ([(name, seed) for seed in args.seeds for name in args.configs] if args.curriculum
+             else [(name, seed) for name in args.configs for seed in args.seeds])
+    for name, seed in order:
+        run = one_run(name, seed, args.steps, args.test_freq, out / f"{name}-{seed}", assets, args.lr)
+        runs.append(run)
+        print(f"[{name} seed {seed}: {run['wall_s']:.0f} s, accuracy "
+              f"{run['accuracy'][0]:.3f} -> {run['accuracy'][max(run['accuracy'])]:.3f}]", file=sys.stderr)
+        if args.curriculum and write:
+            (HERE / "CPU_LEARNING_CURRICULUM.json").write_text(json.dumps(runs, indent=1))
     target = args.target if args.target is not None else _default_target(runs)
     table = summarize(runs, target)
     total = time.perf_counter() - started
     print(table + f"\n\ntotal wall time {total:.0f} s")
-    if not args.quick:
+    if args.curriculum:
+        table = summarize_curriculum(runs)
+        print("\n" + table)
+    if args.curriculum and write:
+        chart_curriculum(runs, HERE.parent / "docs" / "img" / "cpu_learning_curriculum.png")
+        import os
+
+        threads = os.environ.get("OMP_NUM_THREADS")
+        options = "".join(f"\n* `{name}`: " + (f"`{json.dumps(CONFIGS[name]['sampler'])}`" if "sampler" in CONFIGS[name]
+                                                 else "none (verl's own sampler over all rows)")
+                          for name in dict.fromkeys(r["config"] for r in runs))
+        (HERE / "CPU_LEARNING_CURRICULUM.md").write_text(
+            f"# Real CPU learner: accuracy-gated curriculum vs uniform\n\n"
+            f"`{f'OMP_NUM_THREADS={threads} ' if threads else ''}python -m benchmarks.cpu_learning --curriculum "
+            f"--steps {args.steps} --test-freq {args.test_freq}` (the last invocation: `--seeds {' '.join(map(str, args.seeds))} "
+            f"--configs {' '.join(args.configs)}{' --add-to ' + args.add_to if args.add_to else ''}`); "
+            f"{time.strftime('%Y-%m-%d')}; train batch {TRAIN_BS} prompts x {N}, generation batch {GEN_BS}; "
+            f"{len(runs)} runs, {sum(r['wall_s'] for r in runs):.0f} s of run time in all on this machine.\n\n"
+            f"Samplers:{options}\n\n{table}\n\n![accuracy per step](../docs/img/cpu_learning_curriculum.png)\n")
+    elif write:
         (HERE / "CPU_LEARNING.json").write_text(json.dumps(runs, indent=1))
         chart(runs, HERE.parent / "docs" / "img" / "cpu_learning.png")  # the site shows it
         (HERE / "CPU_LEARNING.md").write_text(

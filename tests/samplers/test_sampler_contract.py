@@ -56,3 +56,18 @@ class TestRewardCurriculumContract(_CurriculumData, SamplerContract):
     @pytest.fixture
     def entry_point_name(self):
         return "RewardCurriculumSampler"
+
+
+class TestRewardCurriculumAccuracyGateContract(_CurriculumData, SamplerContract):
+    """The curriculum gated on the kit's ``acc`` reward extra (half its groups correct): levels move."""
+
+    plugin_class = RewardCurriculumSampler
+
+    @pytest.fixture
+    def component_options(self):
+        return {"complexity_source": CURRICULUM, "gate_metric": "acc", "reward_threshold": 0.3,
+                "min_batches_per_level": 1, "check_frequency": 1}
+
+    @pytest.fixture
+    def entry_point_name(self):
+        return "reward_curriculum"

@@ -306,6 +306,20 @@ def test_run_n_runs_until_step_n_not_n_more(small_data, tmp_path):
     assert resumed.step == 3
 
 
+def test_reward_curriculum_gates_on_the_named_column_through_a_run(small_data, tmp_path):
+    """The same 7.0 threshold: passed by the summed reward of four functions, never by acc (0..1)."""
+    ema = {}
+    for gate in ("reward", "acc", "reward_fn/check_answer"):
+        _, rec = _run(small_config(tmp_path, sampler={**CURRICULUM, "gate_metric": gate}, run={"steps": 3}), small_data,
+                      tmp_path / gate.replace("/", "_"))
+        ema[gate] = [m["curriculum/reward_ema"] for m in rec.metrics.values()]
+        levels = [m["curriculum/level"] for m in rec.metrics.values()]
+        assert (max(levels) > 0) == (gate == "reward"), gate
+    assert max(ema["reward"]) > 7.0
+    assert all(0.0 <= e <= 1.0 for e in ema["acc"]) and max(ema["acc"]) > 0
+    assert all(-1.0 <= e <= 3.0 for e in ema["reward_fn/check_answer"])
+
+
 def test_progress_bar_is_off_when_stderr_is_not_a_terminal(tiny_data, tmp_path, capsys):
     """`rlhooks simulate 2>&1 | tee log`: no bar frames in the piped stream (tqdm's disable=None)."""
     engine = make_engine(small_config(tmp_path, run={"steps": 1}), tiny_data, tmp_path / "run")

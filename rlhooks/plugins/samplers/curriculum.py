@@ -9,6 +9,11 @@ samplers keep the multi-source options (fixed or adaptive source weights).
 One "update" / "batch" (``complexity_warmup_steps``, ``check_frequency``,
 ``min_batches_per_level``) is one ``on_rewards_computed`` call: the rewards of one generation
 batch.
+
+``RewardCurriculumSampler.gate_metric`` names what ``reward_threshold`` is compared with: the
+curriculum source's mean of one feedback-batch column per batch (default ``reward``, the sequence
+reward; ``acc``, another reward extra, or ``reward_fn/<name>``, one reward function's score), smoothed
+by ``reward_alpha``.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any, ClassVar
 import attrs
 import numpy as np
 
-from rlhooks import DataError
+from rlhooks import REWARD, REWARD_FN_PREFIX, Batch, BatchError, DataError, hookimpl
 from rlhooks.plugins.samplers._draw import largest_remainder
 from rlhooks.plugins.samplers.multi_source import (
     MultiSourceOptions,
@@ -47,6 +52,24 @@ def _decay(_inst: Any, attr: attrs.Attribute, value: float) -> None:
 def _finite(_inst: Any, attr: attrs.Attribute, value: float) -> None:
     if not math.isfinite(value):
         raise ValueError(f"must be a finite number, got {value!r}")
+
+
+#: gate_metric names under this prefix are kept for per-source validation metrics (not delivered to samplers yet)
+VALIDATION_PREFIX = "validation/"
+SEQUENCE_REWARD = REWARD  # the default gate: the sequence reward, every reward function summed
+
+
+def _gate_metric(_inst: Any, attr: attrs.Attribute, value: str) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(
+            f"must name a feedback-batch column, got {value!r}: reward (the default), acc or another reward extra, "
+            "or reward_fn/<name> (one reward function's score)"
+        )
+    if value.startswith(VALIDATION_PREFIX):
+        raise ValueError(
+            f"{value!r}: gating on a validation metric is not available yet (samplers receive no validation "
+            "results in this version); gate on a feedback-batch column instead: acc, reward_fn/<name> or reward"
+        )
 
 
 def _check_order(opts: Any) -> None:
@@ -76,8 +99,12 @@ class RewardCurriculumOptions(MultiSourceOptions):
     final_complexity_percentile: int = attrs.field(default=100, validator=_percentile)
     #: levels between initial and final (levels 0..num_intervals)
     num_intervals: int = attrs.field(default=10, validator=_positive_int)
-    #: reward EMA of the curriculum source that unlocks the next level (required)
+    #: EMA of gate_metric on the curriculum source that unlocks the next level (required)
     reward_threshold: float = attrs.field(validator=_finite)
+    #: the feedback-batch column whose mean on the curriculum source's rows is smoothed and compared with
+    #: reward_threshold: reward (sequence reward, all functions summed) | acc or another reward extra |
+    #: reward_fn/<name> (one reward function's score)
+    gate_metric: str = attrs.field(default=SEQUENCE_REWARD, validator=_gate_metric)
     reward_alpha: float = attrs.field(default=0.1, validator=_unit_fraction)
     min_batches_per_level: int = attrs.field(default=10, validator=_non_negative_int)
     check_frequency: int = attrs.field(default=3, validator=_positive_int)
@@ -196,7 +223,8 @@ class TimeCurriculumSampler(_CurriculumMixin):
 
 
 class RewardCurriculumSampler(_CurriculumMixin):
-    """Curriculum levels unlocked when the curriculum source's reward EMA reaches a threshold."""
+    """Curriculum levels unlocked when the curriculum source's EMA of ``gate_metric`` (default the
+    sequence reward) reaches a threshold."""
 
     Options: ClassVar[type] = RewardCurriculumOptions
     deprecated_names: ClassVar[dict[str, str]] = {"RewardGatedCurriculumSampler": "RewardCurriculumSampler"}
@@ -218,6 +246,8 @@ class RewardCurriculumSampler(_CurriculumMixin):
         self.level = 0
         self._batches_at_level = 0
         self._cur_ema: float | None = None
+        #: (sums, counts) per source of gate_metric in the current feedback batch; None = the rewards'
+        self._gate_obs: tuple[np.ndarray, np.ndarray] | None = None
         self._iv_carry = np.zeros(k + 1)
         empty = np.flatnonzero(self.interval_sizes == 0)
         if len(empty):
@@ -236,6 +266,8 @@ class RewardCurriculumSampler(_CurriculumMixin):
         for i, (size, (a, b)) in enumerate(zip(self.interval_sizes, self._interval_ranges)):
             head = f"Interval 0 (Initial {o.initial_complexity_percentile}%)" if i == 0 else f"Interval {i}"
             log.info(f"  {head}: {size} samples, [{a:.3f}, {b:.3f}]")
+        if o.gate_metric != SEQUENCE_REWARD:
+            log.info(f"[{self.name}] Gate: EMA of '{o.gate_metric}' on '{o.complexity_source}' >= {o.reward_threshold:g}")
 
     @property
     def num_items(self) -> int:
@@ -269,9 +301,43 @@ class RewardCurriculumSampler(_CurriculumMixin):
         ]
         return np.concatenate(parts)
 
+    @hookimpl
+    def on_rewards_computed(self, step: int, batch: Batch) -> dict[str, float]:
+        self._gate_obs = self._gate_sums(batch)
+        try:
+            return super().on_rewards_computed(step, batch)
+        finally:
+            self._gate_obs = None
+
+    def _gate_sums(self, batch: Batch) -> tuple[np.ndarray, np.ndarray] | None:
+        """Per-source sum and count of gate_metric's finite values; None when the gate is the reward."""
+        col = self.options.gate_metric
+        if col == SEQUENCE_REWARD or len(batch) == 0:
+            return None
+        if col not in batch:
+            fns = [c for c in batch.columns if c.startswith(REWARD_FN_PREFIX)]
+            raise BatchError(
+                f"{self.name}: gate_metric {col!r} is not a column of the feedback batch. Reward extras: "
+                f"{', '.join(batch.reward_extra_keys()) or '(none)'}; reward functions: {', '.join(fns) or '(none)'}; "
+                f"always: reward. Set sampler.gate_metric to one of these (or have a reward function return "
+                f"{col!r} in its extra info)."
+            )
+        try:
+            sums, counts, _, _ = self._source_rewards(batch, col)
+        except (TypeError, ValueError) as exc:
+            raise BatchError(
+                f"{self.name}: gate_metric {col!r} is not numeric (dtype {batch[col].dtype}): {exc}; "
+                "name a numeric column such as acc or reward_fn/<name>"
+            ) from None
+        return sums, counts
+
     def _after_feedback(self, step: int, means: np.ndarray, counts: np.ndarray) -> None:
         o = self.options
         c = self._cur
+        if self._gate_obs is not None:
+            sums, counts = self._gate_obs
+            with np.errstate(over="ignore", invalid="ignore"):
+                means = np.divide(sums, counts, out=np.full(len(sums), np.nan), where=counts > 0)
         if counts[c] > 0 and np.isfinite(means[c]):
             x = float(means[c])
             self._cur_ema = x if self._cur_ema is None else o.reward_alpha * x + (1 - o.reward_alpha) * self._cur_ema
@@ -292,7 +358,9 @@ class RewardCurriculumSampler(_CurriculumMixin):
         self._iv_carry[:] = 0.0
         log.info(BANNER)
         log.info(f"[{self.name}] LEVEL UP! {self.level - 1} → {self.level}")
-        log.info(f"[{self.name}] Batch {self._feedback}: Reward {self._cur_ema:.3f} >= {self.options.reward_threshold:g}")
+        gate = self.options.gate_metric
+        what = "Reward" if gate == SEQUENCE_REWARD else f"{gate} EMA"  # the spec's line for the default gate
+        log.info(f"[{self.name}] Batch {self._feedback}: {what} {self._cur_ema:.3f} >= {self.options.reward_threshold:g}")
         log.info(f"[{self.name}] Samples: {before} → {self.num_items}")
         log.info(BANNER)
 
@@ -312,6 +380,7 @@ class RewardCurriculumSampler(_CurriculumMixin):
             "level": self.level,
             "batches_at_level": self._batches_at_level,
             "curriculum_ema": self._cur_ema,
+            "gate_metric": self.options.gate_metric,
             "interval_carry": self._iv_carry.tolist(),
         }
 
@@ -323,4 +392,11 @@ class RewardCurriculumSampler(_CurriculumMixin):
         self._batches_at_level = int(state["batches_at_level"])
         ema = state["curriculum_ema"]
         self._cur_ema = None if ema is None else float(ema)
+        saved_gate = state.get("gate_metric", SEQUENCE_REWARD)  # states before gate_metric gated on the reward
+        if saved_gate != self.options.gate_metric:
+            log.warning(
+                f"[{self.name}] the saved curriculum EMA is of '{saved_gate}', this run gates on "
+                f"'{self.options.gate_metric}': the EMA restarts from the next feedback batch (level {level} kept)"
+            )
+            self._cur_ema = None
         self._iv_carry = np.asarray(state["interval_carry"], dtype=np.float64)

@@ -333,12 +333,13 @@ class MultiSourceSampler(Sampler):
         metrics.update(self._extra_metrics())
         return metrics
 
-    def _source_rewards(self, batch: Batch) -> tuple[np.ndarray, np.ndarray, int, int]:
-        """Sum and count of finite rewards per sampled source, NaN count, unknown-source rows."""
+    def _source_rewards(self, batch: Batch, column: str = "reward") -> tuple[np.ndarray, np.ndarray, int, int]:
+        """Sum and count of a column's finite values per sampled source (default the sequence
+        reward), non-finite count, unknown-source rows."""
         n = len(self.sources)
         if len(batch) == 0:
             return np.zeros(n), np.zeros(n, np.int64), 0, 0
-        reward = np.asarray(batch["reward"], dtype=np.float64)
+        reward = np.asarray(batch[column], dtype=np.float64)
         # run-length factorization: ~20x cheaper than np.unique on object strings (a sort)
         names, inverse = factorize(np.asarray(batch["data_source"]))
         lut = np.array([self._name_to_active.get(str(nm), -1) for nm in names.tolist()], dtype=np.int64)
