@@ -21,14 +21,14 @@ def test_installed_verl_matches_its_recorded_fingerprint():
     version = compat.installed_verl_version()
     known = compat.recorded().get(version)
     assert known is not None, (
-        f"no fingerprints recorded for the installed verl {version}: review rlhooks/engines/verl/trainer.py against "
+        f"no fingerprints recorded for the installed verl {version}: review rlhooks/engines/verl/legacy/trainer.py against "
         f"this verl's RayPPOTrainer.fit() and the members in compat.RELIED_ON, then run `{compat.RECORD_COMMAND}`"
     )
     now = compat.fingerprints()
     changed = sorted(n for n in set(now) | set(known) if now.get(n) != known.get(n))
     assert not changed, (
         f"verl {version} code the rlhooks trainer restates or calls changed since it was reviewed: {changed}. "
-        f"Diff each against the reviewed version, port the change into rlhooks/engines/verl/trainer.py (fit() is "
+        f"Diff each against the reviewed version, port the change into rlhooks/engines/verl/legacy/trainer.py (fit() is "
         f"restated there step by step), then run `{compat.RECORD_COMMAND}`"
     )
     assert "missing" not in now.values()
@@ -44,7 +44,7 @@ def test_fingerprints_cover_what_the_shim_relies_on_outside_self_members():
     # every verl function the trainer module imports by name is fingerprinted
     import ast
 
-    tree = ast.parse((SHIM / "trainer.py").read_text())
+    tree = ast.parse((SHIM / "legacy" / "trainer.py").read_text())
     imported = {f"{n.module}:{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
                 and (n.module or "").startswith("verl.") for a in n.names if a.name[0].islower()}
     fingerprinted = {q for q in relied}
@@ -53,9 +53,9 @@ def test_fingerprints_cover_what_the_shim_relies_on_outside_self_members():
 
 def test_every_verl_member_the_shim_calls_is_fingerprinted():
     """A new self._x call on a RayPPOTrainer method must be added to compat.RELIED_ON."""
-    source = (SHIM / "trainer.py").read_text()
+    source = (SHIM / "legacy" / "trainer.py").read_text()
     used = set(re.findall(r"(?:self|super\(\))\.(_[A-Za-z]\w*)", source))
-    from rlhooks.engines.verl.trainer import RLHooksRayPPOTrainer
+    from rlhooks.engines.verl.legacy.trainer import RLHooksRayPPOTrainer
 
     verl_members = {n for n in used if hasattr(RayPPOTrainer, n)}
     recorded = {q.rsplit(".", 1)[1] for q in compat.RELIED_ON if ":RayPPOTrainer." in q}
@@ -116,7 +116,7 @@ def test_rlhooks_train_refuses_changed_verl_code_at_start(monkeypatch, capsys):
 
 
 def test_the_trainer_checks_verl_before_anything_else(monkeypatch):
-    from rlhooks.engines.verl.trainer import RLHooksRayPPOTrainer
+    from rlhooks.engines.verl.legacy.trainer import RLHooksRayPPOTrainer
 
     monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
     monkeypatch.setattr(compat, "fingerprints", lambda: {"verl.trainer.ppo.ray_trainer:RayPPOTrainer.fit": "0" * 16})

@@ -292,7 +292,7 @@ def test_a_disagreeing_run_key_names_both_keys_in_the_yaml(tmp_path):
 
 def test_the_documents_trainer_name_is_the_rlhooks_trainer():
     from rlhooks.engines.verl import RayPPOTrainerWithSampling as RayPPOTrainer
-    from rlhooks.engines.verl.trainer import RLHooksRayPPOTrainer
+    from rlhooks.engines.verl.legacy.trainer import RLHooksRayPPOTrainer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer as VerlRayPPOTrainer
 
     assert RayPPOTrainer is RLHooksRayPPOTrainer and issubclass(RayPPOTrainer, VerlRayPPOTrainer)

@@ -22,20 +22,18 @@ the driver and takes a sampler. The rlhooks config is validated before Ray start
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import ray
 import structlog
-from verl.trainer.main_ppo_v0 import BaseTaskRunner
 
 from rlhooks.core.config import apply_overrides, load_yaml
 from rlhooks.core.errors import ConfigError, ConfigIssue, RLHooksError
 from rlhooks.engines.verl.arguments import DEFAULT_CONFIG_NAME, add_arguments
 from rlhooks.engines.verl.config import BLOCK, VERL_SECTION, deep_merge, raw_block, rlhooks_config
+from rlhooks.engines.verl.ray_env import forward_rlhooks_env, warn_unshared_paths  # noqa: F401 (used by both runners, and by tests from here)
 
 log = structlog.get_logger("rlhooks.verl")
 
@@ -141,78 +139,6 @@ def build_config(rlhooks_yaml: str | None, args: Sequence[str], *, config_dir: s
 # -- running ----------------------------------------------------------------------------------------
 
 
-class _TaskRunner(BaseTaskRunner):
-    """verl's legacy TaskRunner, building RLHooksRayPPOTrainer instead of RayPPOTrainer."""
-
-    def run(self, config: Any) -> None:
-        import verl.trainer.main_ppo_v0 as v0
-
-        from rlhooks.engines.verl.trainer import RLHooksRayPPOTrainer
-
-        original = getattr(v0.TaskRunner, "__ray_metadata__", None)
-        run = getattr(getattr(original, "modified_class", None), "run", None)
-        if run is None:
-            raise RLHooksError(
-                "cannot find verl's TaskRunner.run (verl.trainer.main_ppo_v0); this verl/ray version is not "
-                "supported by rlhooks train: use verl 0.9.x"
-            )
-        warn_unshared_paths(config)
-        # This Ray actor process runs only this job, so swapping the name verl's TaskRunner.run
-        # constructs is contained; the rest of the set-up (workers, datasets, reward) stays verl's.
-        v0.RayPPOTrainer = RLHooksRayPPOTrainer
-        run(self, config)
-
-
-def warn_unshared_paths(config: Any) -> list[str]:
-    """In the TaskRunner, on a Ray cluster of several nodes: a warning for each relative directory it
-    writes (``rlhooks.run.out_dir``, verl's ``trainer.default_local_dir``, which holds ``rlhooks.pt``).
-
-    Ray places the TaskRunner on any node with a free CPU, so a relative path lands under the directory
-    ``ray start`` ran in on that node, not where ``rlhooks train`` was started, and a later run (or a
-    resume) placed elsewhere does not find it. Returns the warnings' messages.
-    """
-    alive = [n for n in ray.nodes() if n.get("Alive")]
-    if len(alive) < 2:
-        return []
-    node = f"{ray.util.get_node_ip_address()} (Ray node {ray.get_runtime_context().get_node_id()[:12]})"
-    run = rlhooks_config(config).run
-    checkpoints = str(config.trainer.default_local_dir)
-    paths = [(f"{BLOCK}.run.out_dir", run.out_dir, os.path.join(run.out_dir, run.name), "the rlhooks run directory"),
-             ("trainer.default_local_dir", checkpoints, checkpoints,
-              "the checkpoint directory (verl's checkpoints, rlhooks.pt)")]
-    messages = []
-    for key, value, target, what in paths:
-        if os.path.isabs(os.path.expanduser(value)):
-            continue
-        messages.append(
-            f"{key} is relative ({value!r}) on a Ray cluster of {len(alive)} nodes: {what} is "
-            f"{os.path.abspath(target)} on {node}, where Ray placed the TaskRunner that writes it, not on the "
-            f"machine that ran `rlhooks train`. Set {key} to an absolute path on storage every node can reach "
-            f"(e.g. {key}=/shared/...), see docs/how-to/verl.md, 'On a Ray cluster'"
-        )
-        log.warning(messages[-1])
-    return messages
-
-
-def forward_rlhooks_env(cfg: Any, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """This process's ``RLHOOKS_*`` variables into ``ray_kwargs.ray_init.runtime_env.env_vars`` (a value
-    set there already wins), so the TaskRunner and verl's workers see them also on a cluster started with
-    ``ray start``, whose processes inherit the environment of ``ray start``, not of ``rlhooks train``.
-    Returns what was added."""
-    from omegaconf import OmegaConf
-
-    added = {}
-    for key, value in environ.items():
-        path = f"ray_kwargs.ray_init.runtime_env.env_vars.{key}"
-        if key.startswith("RLHOOKS_") and OmegaConf.select(cfg, path, default=None) is None:
-            OmegaConf.update(cfg, path, value, force_add=True)
-            added[key] = value
-    return added
-
-
-RLHooksTaskRunner = ray.remote(num_cpus=1)(_TaskRunner)
-
-
 def validate_verl_config(cfg: Any, source: str | None = None) -> None:
     """verl's own ``validate_config``, as its main_ppo runs it before Ray starts (``--dry-run`` too);
     a refusal is a ConfigError quoting verl, not a traceback."""
@@ -253,6 +179,8 @@ def run(cfg: Any) -> None:
         runner.run(cfg)
         return
     from verl.trainer.main_ppo import run_ppo
+
+    from rlhooks.engines.verl.legacy.runner import RLHooksTaskRunner
 
     validate_verl_config(cfg)
     forward_rlhooks_env(cfg)
