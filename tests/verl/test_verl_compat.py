@@ -68,7 +68,7 @@ def test_every_verl_member_the_shim_calls_is_fingerprinted():
 def test_a_changed_member_is_named_and_refused_unless_opted_in(monkeypatch):
     real = compat.fingerprints()
     name = "verl.trainer.ppo.ray_trainer:RayPPOTrainer.fit"
-    monkeypatch.setattr(compat, "fingerprints", lambda: {**real, name: "0" * 16})
+    monkeypatch.setattr(compat, "fingerprints", lambda trainer=None: {**real, name: "0" * 16})
     assert compat.compare(compat.fingerprints()) == ([], "0.9.1", [name])
     assert compat.main([]) == 1
     monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
@@ -105,7 +105,7 @@ def test_rlhooks_train_refuses_changed_verl_code_at_start(monkeypatch, capsys):
     monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
     real = compat.fingerprints()
     name = "verl.protocol:DataProto.select_idxs"
-    monkeypatch.setattr(compat, "fingerprints", lambda: {**real, name: "missing"})
+    monkeypatch.setattr(compat, "fingerprints", lambda trainer=None: {**real, name: "missing"})
     assert rlhooks_main(["train", "--dry-run"]) == 1
     err = capsys.readouterr().err
     assert f"changed since verl 0.9.1: {name}" in err
@@ -119,6 +119,6 @@ def test_the_trainer_checks_verl_before_anything_else(monkeypatch):
     from rlhooks.engines.verl.legacy.trainer import RLHooksRayPPOTrainer
 
     monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
-    monkeypatch.setattr(compat, "fingerprints", lambda: {"verl.trainer.ppo.ray_trainer:RayPPOTrainer.fit": "0" * 16})
+    monkeypatch.setattr(compat, "fingerprints", lambda trainer=None: {"verl.trainer.ppo.ray_trainer:RayPPOTrainer.fit": "0" * 16})
     with pytest.raises(compat.UnsupportedVerlError, match="differs from every reviewed verl"):
         RLHooksRayPPOTrainer(config=None)

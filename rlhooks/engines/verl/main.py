@@ -15,8 +15,9 @@ Overrides are routed by prefix:
   ``sampler:`` section (``data.sampler.class_name=MultiSourceSampler``);
 * everything else goes to Hydra for verl.
 
-verl's legacy trainer (``trainer.use_v1=false``) is used: it is the one that keeps the batch on
-the driver and takes a sampler. The rlhooks config is validated before Ray starts.
+The trainer is the one verl's config selects: V1 (``trainer.use_v1=true``, verl's default;
+:mod:`rlhooks.engines.verl.v1`) or the legacy one (``trainer.use_v1=false``;
+:mod:`rlhooks.engines.verl.legacy`, imported only then). The rlhooks config is validated before Ray starts.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import structlog
 from rlhooks.core.config import apply_overrides, load_yaml
 from rlhooks.core.errors import ConfigError, ConfigIssue, RLHooksError
 from rlhooks.engines.verl.arguments import DEFAULT_CONFIG_NAME, add_arguments
-from rlhooks.engines.verl.config import BLOCK, VERL_SECTION, deep_merge, raw_block, rlhooks_config
+from rlhooks.engines.verl.config import BLOCK, VERL_SECTION, deep_merge, raw_block, rlhooks_config, trainer_in_use
 from rlhooks.engines.verl.ray_env import forward_rlhooks_env, warn_unshared_paths  # noqa: F401 (used by both runners, and by tests from here)
 
 log = structlog.get_logger("rlhooks.verl")
@@ -129,11 +130,53 @@ def build_config(rlhooks_yaml: str | None, args: Sequence[str], *, config_dir: s
     block = apply_overrides(block, rl_args)
     with open_dict(cfg):
         cfg[BLOCK] = OmegaConf.create(block)
-        if cfg.trainer.get("use_v1", False):
-            log.info("using verl's legacy trainer (trainer.use_v1=false): the rlhooks trainer subclasses it")
-        cfg.trainer.use_v1 = False
+        if trainer_in_use(cfg) == "v1":
+            select_v1_parts(cfg, verl_args)
     rlhooks_config(cfg)  # every rlhooks config error now, before Ray and the models start
     return cfg
+
+
+def _chosen_keys(verl_args: Sequence[str]) -> set[str]:
+    return {arg.partition("=")[0].lstrip("+~") for arg in verl_args}
+
+
+def select_v1_parts(cfg: Any, verl_args: Sequence[str]) -> dict[str, Any]:
+    """On verl's V1 trainer, the rlhooks trainer mode and replay buffer, set only where the user chose none.
+
+    rlhooks runs on V1 through two of verl's extension points, both verl settings:
+    ``trainer.v1.trainer_mode`` (the rlhooks trainer registered as ``rlhooks_sync``: verl's sync trainer with
+    the hooks) and ``trainer.v1.sampler.custom_sampler`` (the rlhooks replay buffer, which runs the filters).
+    Left at verl's defaults (``sync``, none), they are set here and said so in one warning; a mode the user
+    chose that rlhooks does not extend is a ConfigError. Returns what was set.
+    """
+    from rlhooks.engines.verl import v1
+
+    chosen = _chosen_keys(verl_args)
+    mode = cfg.trainer.v1.trainer_mode
+    set_here: dict[str, Any] = {}
+    if mode != v1.TRAINER_MODE:
+        if "trainer.v1.trainer_mode" in chosen or mode != v1.BASE_TRAINER_MODE:
+            raise ConfigError([ConfigIssue(
+                "trainer.v1.trainer_mode",
+                f"is {mode!r}: rlhooks train runs the rlhooks hooks on verl's V1 trainer as trainer mode "
+                f"{v1.TRAINER_MODE!r} (verl's 'sync' trainer with the hooks); {mode!r} would train without them"
+                + ("" if mode == v1.BASE_TRAINER_MODE else " (verl's asynchronous modes are not supported by rlhooks yet)")
+                + f". Set trainer.v1.trainer_mode={v1.TRAINER_MODE} (or leave it unset), or trainer.use_v1=false "
+                f"for verl's legacy trainer",
+            )], "verl config")
+        cfg.trainer.v1.trainer_mode = set_here["trainer.v1.trainer_mode"] = v1.TRAINER_MODE
+    custom = cfg.trainer.v1.sampler.get("custom_sampler") or {}
+    if not (custom.get("path") or custom.get("name")):
+        with open_dict(cfg.trainer.v1.sampler):
+            cfg.trainer.v1.sampler.custom_sampler = {"path": v1.REPLAY_BUFFER_PATH, "name": v1.REPLAY_BUFFER_NAME}
+        set_here["trainer.v1.sampler.custom_sampler"] = {"path": v1.REPLAY_BUFFER_PATH, "name": v1.REPLAY_BUFFER_NAME}
+    if set_here:
+        log.warning(
+            "rlhooks runs on verl's V1 trainer through verl's own extension points and sets these verl keys, "
+            "which were at verl's defaults: " + ", ".join(f"{k}={v}" for k, v in set_here.items())
+            + " (see docs/how-to/verl.md, 'Choosing the trainer'; trainer.use_v1=false runs the legacy trainer)",
+        )
+    return set_here
 
 
 # -- running ----------------------------------------------------------------------------------------
@@ -180,16 +223,21 @@ def run(cfg: Any) -> None:
         return
     from verl.trainer.main_ppo import run_ppo
 
-    from rlhooks.engines.verl.legacy.runner import RLHooksTaskRunner
-
     validate_verl_config(cfg)
     forward_rlhooks_env(cfg)
-    run_ppo(cfg, task_runner_class=RLHooksTaskRunner)
+    if trainer_in_use(cfg) == "v1":
+        from rlhooks.engines.verl.v1.runner import RLHooksTaskRunnerV1 as task_runner
+    else:  # imported only here: a verl without the legacy trainer runs V1
+        from rlhooks.engines.verl.legacy.runner import RLHooksTaskRunner as task_runner
+    run_ppo(cfg, task_runner_class=task_runner)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     cfg = build_config(args.config, args.overrides, config_dir=args.verl_config_dir,
                        config_name=args.verl_config_name)
+    from rlhooks.engines.verl.compat import check_verl
+
+    check_verl(trainer=trainer_in_use(cfg))  # the verl code and defaults this trainer relies on are reviewed ones
     cpu_learner(cfg)
     validate_verl_config(cfg, args.config)  # --dry-run's verdict is the run's
     if args.dry_run:

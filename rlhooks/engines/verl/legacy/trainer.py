@@ -534,7 +534,7 @@ RayPPOTrainerWithSampling = RLHooksRayPPOTrainer
 
 def _check_verl() -> None:
     """The verl code the shim relies on is a reviewed version's (fingerprints), else one clear error."""
-    compat.check_verl()
+    compat.check_verl(trainer="legacy")
 
 
 def _set_token_counts(batch: DataProto) -> None:
