@@ -122,3 +122,50 @@ def test_the_trainer_checks_verl_before_anything_else(monkeypatch):
     monkeypatch.setattr(compat, "fingerprints", lambda trainer=None: {"verl.trainer.ppo.ray_trainer:RayPPOTrainer.fit": "0" * 16})
     with pytest.raises(compat.UnsupportedVerlError, match="differs from every reviewed verl"):
         RLHooksRayPPOTrainer(config=None)
+
+
+def test_the_check_follows_the_trainer_in_use_so_a_verl_without_the_legacy_trainer_runs_v1(monkeypatch):
+    """The members of the legacy trainer missing (a verl that dropped it): V1 is checked and runs, the legacy
+    trainer is refused by name."""
+    monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
+    real_resolve = compat._resolve
+
+    def without_legacy(name):
+        if name in compat.LEGACY_RELIED_ON:
+            raise ImportError(name)
+        return real_resolve(name)
+
+    monkeypatch.setattr(compat, "_resolve", without_legacy)
+    v1 = compat.fingerprints("v1")
+    assert not set(v1) & set(compat.LEGACY_RELIED_ON) and set(compat.V1_RELIED_ON) <= set(v1)
+    assert compat.check_verl("0.9.1", trainer="v1") == "0.9.1"
+    with pytest.raises(compat.UnsupportedVerlError, match=r"changed since verl 0\.9\.1: .*RayPPOTrainer\.fit"):
+        compat.check_verl("0.9.1", trainer="legacy")
+
+
+def test_config_defaults_are_fingerprinted_like_code(monkeypatch):
+    """verl main's algorithm.filter_groups.metric default is null (0.9.1: reward): a changed default the
+    rlhooks mapping relies on is refused at start-up, named like a changed member."""
+    monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
+    defaults = compat.config_defaults("v1")
+    assert defaults["config:algorithm.filter_groups.metric"] == '"reward"'
+    assert defaults["config:trainer.use_v1"] == "true" and defaults["config:trainer.v1.trainer_mode"] == '"sync"'
+    changed = dict(defaults, **{"config:algorithm.filter_groups.metric": "null"})
+    monkeypatch.setattr(compat, "_config_defaults", lambda trainer: tuple(changed.items()))
+    with pytest.raises(compat.UnsupportedVerlError,
+                       match=r"changed since verl 0\.9\.1: config:algorithm\.filter_groups\.metric\."):
+        compat.check_verl("0.10.0.dev0", trainer="v1")
+
+
+def test_every_verl_member_the_v1_trainer_overrides_is_fingerprinted():
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer
+    from rlhooks.engines.verl.v1.trainer import RLHooksPPOTrainerSync
+
+    for ours, theirs, prefix in ((RLHooksPPOTrainerSync, PPOTrainer, "verl.trainer.ppo.v1.trainer_base:PPOTrainer."),
+                                 (RLHooksReplayBuffer, ReplayBuffer, "verl.trainer.ppo.v1.replay_buffer:ReplayBuffer.")):
+        overridden = {n for n in vars(ours) if n.startswith("_") and not n.startswith("__") and callable(getattr(theirs, n, None))}
+        overridden |= {n for n in ("__init__", "fit", "sample") if n in vars(ours)}
+        assert overridden and {prefix + n for n in overridden} <= set(compat.V1_RELIED_ON), overridden

@@ -167,8 +167,10 @@ def select_v1_parts(cfg: Any, verl_args: Sequence[str]) -> dict[str, Any]:
         cfg.trainer.v1.trainer_mode = set_here["trainer.v1.trainer_mode"] = v1.TRAINER_MODE
     custom = cfg.trainer.v1.sampler.get("custom_sampler") or {}
     if not (custom.get("path") or custom.get("name")):
-        with open_dict(cfg.trainer.v1.sampler):
-            cfg.trainer.v1.sampler.custom_sampler = {"path": v1.REPLAY_BUFFER_PATH, "name": v1.REPLAY_BUFFER_NAME}
+        from omegaconf import OmegaConf
+
+        OmegaConf.update(cfg, "trainer.v1.sampler.custom_sampler",
+                         {"path": v1.REPLAY_BUFFER_PATH, "name": v1.REPLAY_BUFFER_NAME}, force_add=True)
         set_here["trainer.v1.sampler.custom_sampler"] = {"path": v1.REPLAY_BUFFER_PATH, "name": v1.REPLAY_BUFFER_NAME}
     if set_here:
         log.warning(
