@@ -74,11 +74,11 @@ def _node_args(ports: list[int]) -> list[str]:
 
 
 class LocalRayCluster:
-    """A running two-node cluster: its ``address``, ``root`` (every file of it) and ``nodes``: the
-    directory each node's ``ray start`` ran in (``head``, ``worker``)."""
+    """A running two-node cluster: its ``address``, ``root`` (every file of it), ``nodes``: the
+    directory each node's ``ray start`` ran in (``head``, ``worker``), and ``env``: the nodes' environment."""
 
-    def __init__(self, root: Path, address: str, nodes: dict[str, Path]):
-        self.root, self.address, self.nodes = root, address, nodes
+    def __init__(self, root: Path, address: str, nodes: dict[str, Path], env: Mapping[str, str]):
+        self.root, self.address, self.nodes, self.env = root, address, nodes, dict(env)
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
@@ -136,7 +136,7 @@ def local_ray_cluster(node_env: Mapping[str, str], *, head_cpus: int = 0, worker
                     start_new_session=True, stdout=out, stderr=subprocess.STDOUT,
                 ))
             _wait_until_started(procs[-1], root / f"{name}.out", timeout)
-        yield LocalRayCluster(root, address, nodes)
+        yield LocalRayCluster(root, address, nodes, env)
     finally:
         _stop(procs)
         shutil.rmtree(root, ignore_errors=True)
