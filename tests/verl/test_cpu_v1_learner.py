@@ -81,11 +81,41 @@ def test_every_ray_process_gets_the_cpu_platform_and_a_logical_gpu(tmp_path):
 # -- the runs (one Ray start, slow) --------------------------------------------------------------
 
 
+def _release_the_runs_resources(placement_groups_before: set[str], timeout: float = 120) -> None:
+    """What ending the ``rlhooks train`` process would release, for the next run on the shared Ray: the
+    actors the run's TaskRunner owned (they end with it; the CPU rollout server's name must be free) and
+    the placement groups verl made for it (they belong to the job, i.e. this test process)."""
+    import time
+
+    import ray
+    from ray.util import placement_group_table, remove_placement_group
+    from ray.util.placement_group import PlacementGroup
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor("cpu_server_0_0")
+        except ValueError:
+            break
+        time.sleep(0.5)
+    else:
+        raise TimeoutError("the run's rollout server outlived its TaskRunner")
+    for pg_id, info in placement_group_table().items():
+        if pg_id not in placement_groups_before and info["state"] != "REMOVED":
+            remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
+
+
 def _run(cfg, log: Path) -> dict[int, dict]:
-    """verl's run_ppo with its TaskRunnerV1, the file logger writing to ``log``; the logged metrics by step."""
+    """``rlhooks train``'s CPU learner (verl's run_ppo with its TaskRunnerV1), the file logger writing to ``log``;
+    the logged metrics by step."""
+    from ray.util import placement_group_table
     from verl.trainer.main_ppo import TaskRunnerV1
 
-    ray_learner.run(cfg, TaskRunnerV1.options(runtime_env={"env_vars": {"VERL_FILE_LOGGER_PATH": str(log)}}))
+    before = set(placement_group_table())
+    try:
+        runner.run(cfg, TaskRunnerV1.options(runtime_env={"env_vars": {"VERL_FILE_LOGGER_PATH": str(log)}}))
+    finally:
+        _release_the_runs_resources(before)
     steps = {}
     for line in log.read_text().splitlines():
         record = json.loads(line)

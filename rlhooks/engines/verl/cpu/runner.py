@@ -75,7 +75,14 @@ def check_local_files(cfg: Any) -> None:
 
 
 def build_trainer(cfg: Any, *, rlhooks_plugins: Iterable[tuple[str, Any]] = ()):
-    """The CPU learner for a composed verl config (with its ``rlhooks:`` block), workers initialized."""
+    """The legacy CPU learner (``trainer.use_v1=false``) for a composed verl config (with its ``rlhooks:``
+    block), workers initialized."""
+    from rlhooks.engines.verl.cpu import ray_learner
+
+    if ray_learner.uses_v1(cfg):
+        raise ValueError("build_trainer builds the CPU learner on verl's legacy trainer, and this config selects "
+                         "V1 (trainer.use_v1 is true, verl's default): set trainer.use_v1=false, or train with "
+                         "runner.run, which runs the trainer the config selects")
     check_local_files(cfg)
     platform.install()  # before anything asks verl for its platform
     from verl.trainer.ppo.utils import Role, create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy
