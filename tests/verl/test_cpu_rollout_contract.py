@@ -154,8 +154,8 @@ def _server(parts) -> CPURolloutServer:
 
 
 def _tokens(server: CPURolloutServer, prompt, *, n: int, **params) -> list[TokenOutput]:
-    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True,
-                "max_tokens": 8, **params}  # 8 of the 24 response tokens: enough to differ, and cheap
+    sampling = {"temperature": 2.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True,
+                "max_tokens": 8, **params}  # 8 of the 24 tokens, hot: the warm-started policy's samples differ early
     return [asyncio.run(server.generate(prompt, dict(sampling), request_id=f"r{i}")) for i in range(n)]
 
 
