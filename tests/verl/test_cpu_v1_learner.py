@@ -47,16 +47,33 @@ def v1_config(assets, out: Path, *extra: str):
 # -- cheap: which trainer, which errors (default suite) -------------------------------------------------
 
 
-def test_the_cpu_learner_runs_the_trainer_verls_config_selects(tmp_path):
-    assets = (tmp_path / "policy", tmp_path / "train.parquet")
-    assert not any("use_v1" in o for o in runner.verl_overrides(*assets))  # nothing sets it behind the user's back
-    assert ray_learner.uses_v1(v1_config(assets, tmp_path))  # verl's default: V1
-    assert not ray_learner.uses_v1(v1_config(assets, tmp_path, "trainer.use_v1=false"))
+@pytest.fixture(scope="module")
+def composed(tmp_path_factory):
+    """One composed config for the cheap tests (Hydra composes in seconds on a busy machine); copied per test."""
+    out = tmp_path_factory.mktemp("composed")
+    return v1_config((out / "policy", out / "train.parquet"), out)
 
 
-def test_v1_on_the_cpu_needs_the_cpu_rollout(tmp_path):
-    cfg = v1_config((tmp_path / "policy", tmp_path / "train.parquet"), tmp_path,
-                    "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.tensor_model_parallel_size=2")
+def _with(cfg, **keys):
+    from omegaconf import OmegaConf
+
+    copy = OmegaConf.create(OmegaConf.to_container(cfg))
+    for key, value in keys.items():
+        OmegaConf.update(copy, key.replace("__", "."), value, force_add=True)
+    return copy
+
+
+def test_the_cpu_learner_runs_the_trainer_verls_config_selects(composed, tmp_path):
+    assert not any("use_v1" in o for o in runner.verl_overrides(tmp_path, tmp_path))  # nothing sets it behind the user's back
+    assert ray_learner.uses_v1(composed)  # verl's default: V1
+    assert not ray_learner.uses_v1(_with(composed, trainer__use_v1=False))
+    with pytest.raises(ValueError, match="set trainer.use_v1=false"):  # the legacy builder refuses a V1 config
+        runner.build_trainer(composed)
+
+
+def test_v1_on_the_cpu_needs_the_cpu_rollout(composed):
+    cfg = _with(composed, actor_rollout_ref__rollout__name="vllm",
+                actor_rollout_ref__rollout__tensor_model_parallel_size=2)
     with pytest.raises(ConfigError) as err:
         ray_learner.configure(cfg)
     text = str(err.value)
@@ -64,9 +81,8 @@ def test_v1_on_the_cpu_needs_the_cpu_rollout(tmp_path):
     assert "tensor_model_parallel_size" in text
 
 
-def test_every_ray_process_gets_the_cpu_platform_and_a_logical_gpu(tmp_path):
-    cfg = v1_config((tmp_path / "policy", tmp_path / "train.parquet"), tmp_path,
-                    "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=my_plugin")
+def test_every_ray_process_gets_the_cpu_platform_and_a_logical_gpu(composed):
+    cfg = _with(composed, ray_kwargs__ray_init__runtime_env__env_vars__VERL_USE_EXTERNAL_MODULES="my_plugin")
     kwargs = ray_learner.ray_init_kwargs(cfg)
     env = kwargs["runtime_env"]["env_vars"]
     assert env["VERL_USE_EXTERNAL_MODULES"] == f"my_plugin,{ray_learner.RAY_PROCESS_MODULE}"  # the user's kept
