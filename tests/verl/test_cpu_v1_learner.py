@@ -170,3 +170,17 @@ def test_v1_sync_trains_validates_checkpoints_and_resumes_exactly(v1_runs):
     assert sorted(resumed) == [3]
     for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/kl_loss", *accuracy):
         assert resumed[3][key] == pytest.approx(full[3][key], rel=1e-4, abs=1e-6), key
+
+
+def test_the_example_config_is_a_v1_cpu_run():
+    """examples/configs/verl_cpu_tiny.yaml selects V1 with the CPU rollout, and its reward functions reach
+    verl's reward loop (``+reward_kwargs`` in the ``verl:`` section: a key verl's config lacks)."""
+    from rlhooks.engines.verl.main import build_config
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = build_config(str(root / "examples" / "configs" / "verl_cpu_tiny.yaml"), [])
+    assert ray_learner.uses_v1(cfg) and cfg.trainer.device == "cpu"
+    assert cfg.actor_rollout_ref.rollout.name == "cpu"
+    assert list(cfg.reward.custom_reward_function.reward_kwargs.functions) == [
+        "format_exact", "format_approx", "check_answer", "check_numbers"]
+    ray_learner.check_v1_config(cfg)  # no config error

@@ -26,8 +26,10 @@ RAY_LOGICAL_CPUS = 16
 
 
 def uses_v1(cfg: Any) -> bool:
-    """verl's own switch: ``trainer.use_v1`` (verl's default: true)."""
-    return bool(cfg.trainer.get("use_v1", True))
+    """verl's own switch: ``trainer.use_v1`` (verl's default when unset: true)."""
+    from rlhooks.engines.verl.config import trainer_in_use
+
+    return trainer_in_use(cfg) == "v1"
 
 
 def check_v1_config(cfg: Any) -> None:
