@@ -96,7 +96,9 @@ def verl_section_overrides(section: Any, source: str) -> list[str]:
             for k, v in node.items():
                 walk(f"{prefix}.{k}" if prefix else str(k), v)
         else:
-            out.append(f"{prefix}={_hydra_value(node)}")
+            # a key written "+name" is one verl's config lacks: Hydra adds it with a leading "+"
+            add = "+" if any(part.startswith("+") for part in prefix.split(".")) else ""
+            out.append(f"{add}{prefix.replace('+', '')}={_hydra_value(node)}")
 
     walk("", section)
     return out
@@ -205,7 +207,8 @@ def validate_verl_config(cfg: Any, source: str | None = None) -> None:
 
 
 def cpu_learner(cfg: Any) -> bool:
-    """``trainer.device=cpu``: the CPU learner (verl's workers in this process, no Ray; engines/verl/cpu).
+    """``trainer.device=cpu``: the CPU learner (engines/verl/cpu: on V1 verl's run_ppo on a local Ray, on the
+    legacy trainer verl's workers in this process).
     Its platform is installed here, before verl's auto_set_device would turn 'cpu' into 'cuda'."""
     if cfg.trainer.get("device") != "cpu":
         return False
@@ -221,7 +224,13 @@ def run(cfg: Any) -> None:
         from rlhooks.engines.verl.cpu import runner
 
         validate_verl_config(cfg)
-        runner.run(cfg)
+        if trainer_in_use(cfg) == "v1":  # verl's run_ppo on a local Ray, with the rlhooks V1 TaskRunner
+            from rlhooks.engines.verl.v1.runner import RLHooksTaskRunnerV1
+
+            forward_rlhooks_env(cfg)
+            runner.run(cfg, RLHooksTaskRunnerV1)
+        else:
+            runner.run(cfg)
         return
     from verl.trainer.main_ppo import run_ppo
 
