@@ -3,7 +3,8 @@
 ``_init_dataloader`` (RLHFDataset over a parquet file, StatefulDataLoader), TransferQueue started by
 ``tq.init`` with verl's default transfer_queue config on a local Ray.
 
-TransferQueue needs Ray (its controller and storage are actors), so this module is slow-marked; the
+TransferQueue needs Ray (its controller and storage are actors): this module uses the session's shared
+Ray (``cpu_v1_ray``) and is slow-marked all the same (TransferQueue's actors start in ~1 min here); the
 trajectories are put into TransferQueue with the fields and tags V1's agent loop writes
 (``AgentLoopWorkerTQ._agent_loop_postprocess``, checked below against its source).
 """
@@ -28,34 +29,16 @@ N = 2  # responses per prompt
 
 
 @pytest.fixture(scope="module")
-def transfer_queue():
-    """A local Ray of its own (its temp dir, no auth token written to ~/.ray) with TransferQueue on it.
-    The CPUs are logical: TransferQueue's controller and storage actors each ask for one."""
-    import os
-    import shutil
-    import tempfile
-
-    import ray
+def transfer_queue(cpu_v1_ray):
+    """TransferQueue (one storage unit, as the CPU learner's config has) on the session's shared hermetic Ray
+    (tests/verl/conftest.py), closed after this module, before a V1 run starts its own in its TaskRunner."""
     import transfer_queue as tq
 
     from rlhooks.engines.verl.main import compose_verl_config
 
-    started = not ray.is_initialized()
-    temp = tempfile.mkdtemp(prefix="rlhv1rb", dir="/tmp")  # short: Ray's socket paths have a length limit
-    before = os.environ.get("RAY_AUTH_MODE")
-    if started:
-        os.environ["RAY_AUTH_MODE"] = "disabled"
-        ray.init(num_cpus=8, include_dashboard=False, _temp_dir=temp)
-    tq.init(compose_verl_config([]).transfer_queue)
+    tq.init(compose_verl_config(["transfer_queue.backend.SimpleStorage.num_data_storage_units=1"]).transfer_queue)
     yield tq
     tq.close()
-    if started:
-        ray.shutdown()
-        if before is None:
-            os.environ.pop("RAY_AUTH_MODE", None)
-        else:
-            os.environ["RAY_AUTH_MODE"] = before
-    shutil.rmtree(temp, ignore_errors=True)
 
 
 def _trainer(tmp_path, *overrides, plugins=()):

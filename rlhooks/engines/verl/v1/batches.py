@@ -68,8 +68,11 @@ def group_order(keys: Sequence[str]) -> np.ndarray:
     return np.lexsort((np.asarray(sample, dtype=str), group))
 
 
-def _lengths(nested: torch.Tensor) -> np.ndarray:
-    return nested.offsets().diff().cpu().numpy().astype(np.int64)
+def _lengths(values: torch.Tensor) -> np.ndarray:
+    """Row lengths of a jagged field (a plain tensor when every row has the same length)."""
+    if values.is_nested:
+        return values.offsets().diff().cpu().numpy().astype(np.int64)
+    return np.full(values.shape[0], values.shape[-1], dtype=np.int64)
 
 
 def _padded(nested: torch.Tensor, padding: float = 0.0) -> torch.Tensor:

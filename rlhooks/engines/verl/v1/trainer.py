@@ -45,7 +45,7 @@ from rlhooks.engines.verl import adapter, compat
 from rlhooks.engines.verl.config import BLOCK, rlhooks_config
 from rlhooks.engines.verl.state import read_state, resumed_folder, write_state
 from rlhooks.engines.verl.v1 import REPLAY_BUFFER_NAME, REPLAY_BUFFER_PATH, TRAINER_MODE
-from rlhooks.engines.verl.v1.batches import SCORED_FIELDS, adapter_error_counts, prompt_batch, scored_batch
+from rlhooks.engines.verl.v1.batches import SCORED_FIELDS, _lengths, _padded, adapter_error_counts, prompt_batch, scored_batch
 from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer
 
 log = structlog.get_logger("rlhooks.verl")
@@ -158,7 +158,7 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
     def on_step_begin(self):
         super().on_step_begin()
         self._step_metrics = {}
-        self._step_counts = {"generated": 0.0, "kept": 0.0, "dispatches": 0.0}
+        self._step_counts = {"generated": 0.0, "kept": 0.0, "dispatches": 0.0, "scored": 0.0}
         self._filter_counts: dict[str, float] = {}
         self.rl.prompt_stage.begin_step()
 
@@ -181,7 +181,8 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         """Called by the replay buffer with newly finished groups (before any filter): the learning state,
         on_rewards_computed, the filters; returns the rows' keep mask."""
         step = self.global_steps
-        batch = batch.with_meta(step=step)
+        self._step_counts["scored"] += 1  # the batch's "generation": the n-th set of groups scored this step
+        batch = batch.with_meta(step=step, generation=int(self._step_counts["scored"]))
         for k, v in self.rl.update_learning(step, batch).items():
             self._step_metrics[k] = self._step_metrics.get(k, 0.0) + v
         merge_metrics(self._step_metrics, self.rl.rewards_computed(step, batch))
@@ -245,12 +246,12 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
                                select_fields=[f for f in SCORED_FIELDS if f in present] + extra)
         trained = scored_batch(data, keys, self.tokenizer, self.adapter_functions)
         columns = {}
-        if "advantages" in extra:
+        if "advantages" in extra:  # mean over the response (its valid tokens: the jagged row's length)
             adv = data.get("advantages")
-            lengths = adv.offsets().diff().clamp(min=1)
-            columns[cols.ADVANTAGE] = (adv.to_padded_tensor(0.0).float().sum(-1) / lengths).cpu().numpy().astype(np.float64)
+            lengths = np.maximum(_lengths(adv), 1)
+            columns[cols.ADVANTAGE] = _padded(adv).float().sum(-1).cpu().numpy().astype(np.float64) / lengths
         rewards = data.get("token_level_rewards") if "token_level_rewards" in extra else data.get("rm_scores")
-        columns[cols.FINAL_REWARD] = rewards.to_padded_tensor(0.0).float().sum(-1).cpu().numpy().astype(np.float64)
+        columns[cols.FINAL_REWARD] = _padded(rewards).float().sum(-1).cpu().numpy().astype(np.float64)
         return trained.with_columns(**columns)
 
     # -- checkpoints: verl's, plus the state of every stateful rlhooks component ----------------
