@@ -18,7 +18,7 @@ validation batches (partition ``val``) pass through untouched, as in verl.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import transfer_queue as tq
@@ -27,9 +27,6 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from rlhooks.core.errors import RLHooksError
 from rlhooks.engines.verl.v1 import TRAINER_MODE
 from rlhooks.engines.verl.v1.batches import SCORED_FIELDS, group_order, scored_batch
-
-if TYPE_CHECKING:
-    from rlhooks.engines.verl.v1.trainer import RLHooksPPOTrainerSync
 
 #: what verl's sample() sees as "DAPO enabled" when rlhooks filters run (any non-None metric name)
 RLHOOKS_FILTERS = "rlhooks filters"
@@ -40,9 +37,10 @@ class RLHooksReplayBuffer(ReplayBuffer):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.trainer: RLHooksPPOTrainerSync | None = None
+        #: the rlhooks trainer (RLHooksPPOTrainerSync; not imported here: it imports this module)
+        self.trainer: Any = None
 
-    def attach(self, trainer: RLHooksPPOTrainerSync, *, filters: bool, train_batch_size: int, gen_batch_size: int,
+    def attach(self, trainer: Any, *, filters: bool, train_batch_size: int, gen_batch_size: int,
                max_inflight_gen_batches: int) -> None:
         """Connect the rlhooks trainer. With rlhooks filters, verl's eviction-and-refill path is switched on
         with the sizes verl's own buffer gets for ``algorithm.filter_groups`` (which verl passes only to its
