@@ -111,6 +111,7 @@ def test_rlhooks_and_verls_own_v1_buffer_drop_the_same_groups(tmp_path, transfer
     trainer = _trainer(tmp_path, "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc",
                        plugins=[("recorder", recorder)])
     assert isinstance(trainer.replay_buffer, RLHooksReplayBuffer)  # loaded by verl from custom_sampler
+    assert trainer.trainer_mode == "sync" and trainer.registered_mode == "rlhooks_sync"  # verl's sync branches
     assert trainer.config.data.gen_batch_size == 1  # verl's own rule for filter_groups
     accs = [[1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 1.0]]
     uids = _put_groups(transfer_queue, trainer, accs)

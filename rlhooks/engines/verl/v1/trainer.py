@@ -44,7 +44,7 @@ from rlhooks.core.manager import RunManager, merge_metrics
 from rlhooks.engines.verl import adapter, compat
 from rlhooks.engines.verl.config import BLOCK, rlhooks_config
 from rlhooks.engines.verl.state import read_state, resumed_folder, write_state
-from rlhooks.engines.verl.v1 import REPLAY_BUFFER_NAME, REPLAY_BUFFER_PATH, TRAINER_MODE
+from rlhooks.engines.verl.v1 import BASE_TRAINER_MODE, REPLAY_BUFFER_NAME, REPLAY_BUFFER_PATH, TRAINER_MODE
 from rlhooks.engines.verl.v1.batches import SCORED_FIELDS, _lengths, _padded, adapter_error_counts, prompt_batch, scored_batch
 from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer
 
@@ -91,6 +91,17 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
                 f"or a subclass of it); leave the key unset and rlhooks train sets it",
             )], "verl config")
         self.adapter_functions = adapter_functions(config)
+
+    # verl's V1 code branches on the mode's *name* (``trainer_mode != "sync"``: TransferQueue checkpoints,
+    # re-issued in-flight prompts, gen_batch_size forced to 1, persisted prompt data). This trainer is verl's
+    # sync trainer under another registered name, so verl sees "sync"; the registered name is kept aside.
+    @property
+    def trainer_mode(self) -> str:
+        return BASE_TRAINER_MODE
+
+    @trainer_mode.setter
+    def trainer_mode(self, name: str) -> None:
+        self.registered_mode = name
 
     # -- set-up --------------------------------------------------------------------------------
     def _init_dataloader(self):
