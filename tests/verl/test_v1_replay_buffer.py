@@ -149,7 +149,7 @@ def test_the_scored_batch_has_the_legacy_columns(tmp_path, transfer_queue):
             seen.append({c: batch[c].tolist() for c in ("uid", "index", "data_source", "reward", "acc", "sample_id",
                                                         "policy_version", "response_length", "target", "response")})
 
-    trainer = _trainer(tmp_path, plugins=[("columns", Columns())])
+    trainer = _trainer(tmp_path, "data.gen_batch_size=1", plugins=[("columns", Columns())])
     uids = _put_groups(transfer_queue, trainer, [[1.0, 0.0], [0.0, 0.0]])
     buffer = trainer.replay_buffer
     buffer._sync_metadata_from_transfer_queue()
