@@ -77,6 +77,8 @@ log = structlog.get_logger("rlhooks.verl")
 #: file next to verl's data.pt holding every stateful rlhooks component (sampler included)
 STATE_FILE = checkpoints.STATE_FILE
 
+__all__ = ["STATE_FILE", "RLHooksRayPPOTrainer", "RayPPOTrainerWithSampling", "VerlRollout"]
+
 
 class DataExhausted(Exception):
     """The dataloader ran out of epochs in the middle of collecting a step."""
@@ -574,7 +576,7 @@ RayPPOTrainerWithSampling = RLHooksRayPPOTrainer
 
 def _check_verl() -> None:
     """The verl code the shim relies on is a reviewed version's (fingerprints), else one clear error."""
-    compat.check_verl()
+    compat.check_verl(trainer="legacy")
 
 
 def _set_token_counts(batch: DataProto) -> None:
