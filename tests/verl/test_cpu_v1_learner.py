@@ -94,6 +94,13 @@ def test_every_ray_process_gets_the_cpu_platform_and_a_logical_gpu(composed):
     assert ray_learner.ray_init_kwargs(cfg)["num_cpus"] == 3  # a value the config sets wins
 
 
+def test_joining_a_running_ray_declares_no_resources(composed, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")  # Ray refuses num_cpus/num_gpus when joining
+    kwargs = ray_learner.ray_init_kwargs(composed)
+    assert kwargs.get("num_cpus") is None and kwargs.get("num_gpus") is None  # verl's null, left as it is
+    assert kwargs["runtime_env"]["env_vars"]["VERL_PLATFORM"] == "cpu"
+
+
 # -- the runs (one Ray start, slow) --------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ the host CPU goes in through verl's extension points:
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rlhooks.engines.verl.cpu import platform
@@ -51,8 +52,8 @@ def check_v1_config(cfg: Any) -> None:
 
 def ray_init_kwargs(cfg: Any) -> dict[str, Any]:
     """What ``run_ppo`` passes to ``ray.init`` for this config (verl's runtime env, the config's
-    ``ray_kwargs.ray_init``), with the CPU learner's runtime env and logical resources added where the
-    config does not set them. Tests that start Ray once for several runs use it too."""
+    ``ray_kwargs.ray_init``), with the CPU learner's runtime env and, for a Ray started here, logical
+    resources where the config does not set them. Tests that start Ray once for several runs use it too."""
     from omegaconf import OmegaConf
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
@@ -66,6 +67,10 @@ def ray_init_kwargs(cfg: Any) -> dict[str, Any]:
                                                      else modules)
     env_vars.setdefault("VERL_PLATFORM", "cpu")
     ray_init["runtime_env"] = runtime_env
+    if ray_init.get("address") or os.environ.get("RAY_ADDRESS"):
+        # joining a running Ray: its nodes declare their resources (`ray start --num-gpus=1`), and Ray
+        # refuses num_cpus/num_gpus from a process that connects to a cluster
+        return ray_init
     if ray_init.get("num_gpus") is None:
         ray_init["num_gpus"] = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
     if ray_init.get("num_cpus") is None:

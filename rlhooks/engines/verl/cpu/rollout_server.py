@@ -2,7 +2,7 @@
 
 verl 0.9.1's V1 trainer generates through rollout servers (vLLM, SGLang, TensorRT-LLM), all of which need a
 GPU. This module is the same three pieces for the host CPU, registered through verl's extension points
-(``tests/verl/test_cpu_v1_learner.py`` checks them against the vLLM pieces' source):
+(``tests/verl/test_cpu_rollout_contract.py`` checks them against the vLLM pieces' source):
 
 ``CPURolloutReplica``  a ``RolloutReplica`` (registered as ``cpu`` by ``ray_process.register_cpu_rollout``); its
                        ``launch_servers()`` starts one ``CPURolloutServer`` actor per replica, named as
