@@ -73,7 +73,7 @@ def one_run(name: str, seed: int, steps: int, test_freq: int, out: Path, assets:
 
     policy_dir, data = assets
     cfg = compose_verl_config([
-        *runner.verl_overrides(policy_dir, data),
+        *runner.verl_overrides(policy_dir, data), "trainer.use_v1=false",  # the legacy learner (build_trainer)
         f"data.train_batch_size={TRAIN_BS}", f"data.gen_batch_size={GEN_BS}", f"data.seed={seed}",
         f"actor_rollout_ref.rollout.n={N}", f"actor_rollout_ref.actor.ppo_mini_batch_size={TRAIN_BS}",
         "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=false",

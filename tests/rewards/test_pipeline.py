@@ -93,7 +93,8 @@ def test_compute_score_defaults_to_all_four_with_weight_one():
     r = RESPONSES[0]
     out = compute_score("gsm8k", r, "42", {"index": 0})
     comps = {name: fn(r, "42") for name, fn in F.BUILTIN_FUNCTIONS.items()}
-    assert out == {"score": sum(comps.values()), **comps, "acc": 1.0, "reward_errors": 0.0}
+    assert out == {"score": sum(comps.values()), **comps, "acc": 1.0, "reward_errors": 0.0,
+                   **{f"reward_errors/{name}": 0.0 for name in comps}}
     assert out["score"] == 3.0 + 2.5 + 3.0 + 1.5
 
 
@@ -101,7 +102,8 @@ def test_compute_score_selects_functions_and_weights_through_kwargs():
     r = RESPONSES[1]
     out = compute_score("gsm8k", r, 42, None, functions="check_answer, format_exact",
                         weights={"check_answer": 2.0})
-    assert set(out) == {"score", "check_answer", "format_exact", "acc", "reward_errors"}
+    assert set(out) == {"score", "check_answer", "format_exact", "acc", "reward_errors",
+                        "reward_errors/check_answer", "reward_errors/format_exact"}
     assert out["score"] == 2.0 * 0.5 + 3.0 and out["acc"] == 0.0  # within 10% is not correct
     out = compute_score("gsm8k", r, "42", functions=["format_approx"], weights=[3.0])
     assert out["score"] == 7.5
@@ -109,7 +111,8 @@ def test_compute_score_selects_functions_and_weights_through_kwargs():
 
 def test_compute_score_isolates_a_raising_function():
     out = compute_score("gsm8k", None, "42", functions=["format_exact", "check_numbers"], error_score=-2.0)
-    assert out == {"score": -4.0, "format_exact": -2.0, "check_numbers": -2.0, "acc": 0.0, "reward_errors": 2.0}
+    assert out == {"score": -4.0, "format_exact": -2.0, "check_numbers": -2.0, "acc": 0.0, "reward_errors": 2.0,
+                   "reward_errors/format_exact": 1.0, "reward_errors/check_numbers": 1.0}  # per function, for V1
 
 
 def test_compute_score_bad_kwargs():

@@ -39,6 +39,6 @@ def _init_workers_with_standins(self) -> None:
 
 
 def install() -> None:
-    from rlhooks.engines.verl.trainer import RLHooksRayPPOTrainer
+    from rlhooks.engines.verl.legacy.trainer import RLHooksRayPPOTrainer
 
     RLHooksRayPPOTrainer.init_workers = _init_workers_with_standins

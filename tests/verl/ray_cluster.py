@@ -6,6 +6,12 @@ process group, with every port chosen free and every file under one temporary di
 into our directory, so no ``ray.init()`` of another process on this machine connects to this cluster.
 Teardown signals only the two process groups started here (never ``ray stop``, which stops every Ray
 on the machine) and removes the temporary directory.
+
+Hermetic: every Ray this module starts (the two-node cluster, and ``local_ray`` in the test process) uses
+token authentication with its own token (``RAY_AUTH_MODE=token``, ``RAY_AUTH_TOKEN``), which Ray reads
+before ``~/.ray/auth_token``: Ray 2.60 writes that file on a plain ``ray.init()``, and a token there
+that the test's nodes did not share failed the worker node's join ("Authentication token is missing or
+incorrect").
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +36,20 @@ RAY_CLI = [sys.executable, "-m", "ray.scripts.scripts"]
 NODE_PORTS = 7
 #: what ``ray start`` prints once its node runs
 READY = "Ray runtime started."
+
+
+#: this test process's Ray token (Ray's C++ token loader reads it once per process, so one per process)
+TEST_TOKEN = uuid.uuid4().hex
+
+
+def hermetic_env() -> dict[str, str]:
+    """Ray's settings that make a test's Ray its own: token auth with this process's token (not
+    ``~/.ray/auth_token`` or a token path of the machine), no usage statistics."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TEST_TOKEN, "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def _without_ray_auth(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if not k.startswith("RAY_AUTH_")}
 
 
 def free_ports(count: int) -> list[int]:
@@ -53,11 +74,11 @@ def _node_args(ports: list[int]) -> list[str]:
 
 
 class LocalRayCluster:
-    """A running two-node cluster: its ``address``, ``root`` (every file of it) and ``nodes``: the
-    directory each node's ``ray start`` ran in (``head``, ``worker``)."""
+    """A running two-node cluster: its ``address``, ``root`` (every file of it), ``nodes``: the
+    directory each node's ``ray start`` ran in (``head``, ``worker``), and ``env``: the nodes' environment."""
 
-    def __init__(self, root: Path, address: str, nodes: dict[str, Path]):
-        self.root, self.address, self.nodes = root, address, nodes
+    def __init__(self, root: Path, address: str, nodes: dict[str, Path], env: Mapping[str, str]):
+        self.root, self.address, self.nodes, self.env = root, address, nodes, dict(env)
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
@@ -97,7 +118,7 @@ def local_ray_cluster(node_env: Mapping[str, str], *, head_cpus: int = 0, worker
     ``node_env`` is the environment both nodes start with (and their workers inherit), as each node's
     environment on a real cluster."""
     root = Path(tempfile.mkdtemp(prefix="rlhray", dir="/tmp"))  # short: Ray's socket paths have a length limit
-    env = {**node_env, "RAY_TMPDIR": str(root), "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**_without_ray_auth(node_env), **hermetic_env(), "RAY_TMPDIR": str(root)}
     ports = free_ports(2 + 2 * NODE_PORTS)
     address = f"127.0.0.1:{ports[0]}"
     nodes = {"head": root / "head", "worker": root / "worker"}
@@ -115,7 +136,7 @@ def local_ray_cluster(node_env: Mapping[str, str], *, head_cpus: int = 0, worker
                     start_new_session=True, stdout=out, stderr=subprocess.STDOUT,
                 ))
             _wait_until_started(procs[-1], root / f"{name}.out", timeout)
-        yield LocalRayCluster(root, address, nodes)
+        yield LocalRayCluster(root, address, nodes, env)
     finally:
         _stop(procs)
         shutil.rmtree(root, ignore_errors=True)
@@ -131,3 +152,44 @@ def _wait_until_started(proc: subprocess.Popen, log: Path, timeout: float) -> No
             raise RuntimeError(f"ray start exited with {proc.returncode}:\n{log.read_text()}")
         time.sleep(0.3)
     raise RuntimeError(f"ray start did not start its node within {timeout} s:\n{log.read_text()}")
+
+
+def _refresh_ray_config() -> None:
+    """This process's Ray config re-read from the environment: it is read once, when ray first loads
+    (tests/verl/conftest.py sets ``hermetic_env`` before that; this covers a test process that loaded Ray
+    first), and Ray re-reads it the same way when it turns token authentication on."""
+    from ray._raylet import Config
+
+    Config.initialize("")
+
+
+@contextmanager
+def local_ray(init_kwargs: Mapping) -> Iterator[Path]:
+    """``ray.init(**init_kwargs)`` in this process, hermetic: its own temporary directory (``_temp_dir``,
+    ``RAY_TMPDIR``) and this process's token (``hermetic_env``; the environment is restored after);
+    ``ray.shutdown()`` at the end stops the processes this ``ray.init`` started, and only those.
+    Yields the temporary directory."""
+    import ray
+
+    if ray.is_initialized():
+        raise RuntimeError("Ray already runs in this test process: a hermetic Ray needs its own start")
+    root = Path(tempfile.mkdtemp(prefix="rlhray", dir="/tmp"))  # short: Ray's socket paths have a length limit
+    changed = {**hermetic_env(), "RAY_TMPDIR": str(root)}
+    saved = {k: os.environ.get(k) for k in [*changed, *[k for k in os.environ if k.startswith("RAY_AUTH_")]]}
+    os.environ.update(changed)
+    for key in [k for k in os.environ if k.startswith("RAY_AUTH_") and k not in changed]:
+        del os.environ[key]  # e.g. RAY_AUTH_TOKEN_PATH of the machine
+    _refresh_ray_config()
+    try:
+        ray.init(**dict(init_kwargs), _temp_dir=str(root), include_dashboard=False)
+        try:
+            yield root
+        finally:
+            ray.shutdown()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(root, ignore_errors=True)

@@ -71,7 +71,7 @@ def assets(tmp_path_factory) -> tuple[Path, Path]:
 def learner_config(assets, out: Path, steps: int):
     policy_dir, data = assets
     cfg = compose_verl_config([
-        *runner.verl_overrides(policy_dir, data, micro_batch=16),
+        *runner.verl_overrides(policy_dir, data, micro_batch=16), "trainer.use_v1=false",
         "data.train_batch_size=4", "data.gen_batch_size=4", "data.seed=3",
         "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=false",

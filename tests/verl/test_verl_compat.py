@@ -21,14 +21,14 @@ def test_installed_verl_matches_its_recorded_fingerprint():
     version = compat.installed_verl_version()
     known = compat.recorded().get(version)
     assert known is not None, (
-        f"no fingerprints recorded for the installed verl {version}: review rlhooks/engines/verl/trainer.py against "
+        f"no fingerprints recorded for the installed verl {version}: review rlhooks/engines/verl/legacy/trainer.py against "
         f"this verl's RayPPOTrainer.fit() and the members in compat.RELIED_ON, then run `{compat.RECORD_COMMAND}`"
     )
     now = compat.fingerprints()
     changed = sorted(n for n in set(now) | set(known) if now.get(n) != known.get(n))
     assert not changed, (
         f"verl {version} code the rlhooks trainer restates or calls changed since it was reviewed: {changed}. "
-        f"Diff each against the reviewed version, port the change into rlhooks/engines/verl/trainer.py (fit() is "
+        f"Diff each against the reviewed version, port the change into rlhooks/engines/verl/legacy/trainer.py (fit() is "
         f"restated there step by step), then run `{compat.RECORD_COMMAND}`"
     )
     assert "missing" not in now.values()
@@ -44,7 +44,7 @@ def test_fingerprints_cover_what_the_shim_relies_on_outside_self_members():
     # every verl function the trainer module imports by name is fingerprinted
     import ast
 
-    tree = ast.parse((SHIM / "trainer.py").read_text())
+    tree = ast.parse((SHIM / "legacy" / "trainer.py").read_text())
     imported = {f"{n.module}:{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
                 and (n.module or "").startswith("verl.") for a in n.names if a.name[0].islower()}
     fingerprinted = {q for q in relied}
@@ -53,9 +53,9 @@ def test_fingerprints_cover_what_the_shim_relies_on_outside_self_members():
 
 def test_every_verl_member_the_shim_calls_is_fingerprinted():
     """A new self._x call on a RayPPOTrainer method must be added to compat.RELIED_ON."""
-    source = (SHIM / "trainer.py").read_text()
+    source = (SHIM / "legacy" / "trainer.py").read_text()
     used = set(re.findall(r"(?:self|super\(\))\.(_[A-Za-z]\w*)", source))
-    from rlhooks.engines.verl.trainer import RLHooksRayPPOTrainer
+    from rlhooks.engines.verl.legacy.trainer import RLHooksRayPPOTrainer
 
     verl_members = {n for n in used if hasattr(RayPPOTrainer, n)}
     recorded = {q.rsplit(".", 1)[1] for q in compat.RELIED_ON if ":RayPPOTrainer." in q}
@@ -68,7 +68,7 @@ def test_every_verl_member_the_shim_calls_is_fingerprinted():
 def test_a_changed_member_is_named_and_refused_unless_opted_in(monkeypatch):
     real = compat.fingerprints()
     name = "verl.trainer.ppo.ray_trainer:RayPPOTrainer.fit"
-    monkeypatch.setattr(compat, "fingerprints", lambda: {**real, name: "0" * 16})
+    monkeypatch.setattr(compat, "fingerprints", lambda trainer=None: {**real, name: "0" * 16})
     assert compat.compare(compat.fingerprints()) == ([], "0.9.1", [name])
     assert compat.main([]) == 1
     monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
@@ -105,7 +105,7 @@ def test_rlhooks_train_refuses_changed_verl_code_at_start(monkeypatch, capsys):
     monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
     real = compat.fingerprints()
     name = "verl.protocol:DataProto.select_idxs"
-    monkeypatch.setattr(compat, "fingerprints", lambda: {**real, name: "missing"})
+    monkeypatch.setattr(compat, "fingerprints", lambda trainer=None: {**real, name: "missing"})
     assert rlhooks_main(["train", "--dry-run"]) == 1
     err = capsys.readouterr().err
     assert f"changed since verl 0.9.1: {name}" in err
@@ -116,9 +116,56 @@ def test_rlhooks_train_refuses_changed_verl_code_at_start(monkeypatch, capsys):
 
 
 def test_the_trainer_checks_verl_before_anything_else(monkeypatch):
-    from rlhooks.engines.verl.trainer import RLHooksRayPPOTrainer
+    from rlhooks.engines.verl.legacy.trainer import RLHooksRayPPOTrainer
 
     monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
-    monkeypatch.setattr(compat, "fingerprints", lambda: {"verl.trainer.ppo.ray_trainer:RayPPOTrainer.fit": "0" * 16})
+    monkeypatch.setattr(compat, "fingerprints", lambda trainer=None: {"verl.trainer.ppo.ray_trainer:RayPPOTrainer.fit": "0" * 16})
     with pytest.raises(compat.UnsupportedVerlError, match="differs from every reviewed verl"):
         RLHooksRayPPOTrainer(config=None)
+
+
+def test_the_check_follows_the_trainer_in_use_so_a_verl_without_the_legacy_trainer_runs_v1(monkeypatch):
+    """The members of the legacy trainer missing (a verl that dropped it): V1 is checked and runs, the legacy
+    trainer is refused by name."""
+    monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
+    real_resolve = compat._resolve
+
+    def without_legacy(name):
+        if name in compat.LEGACY_RELIED_ON:
+            raise ImportError(name)
+        return real_resolve(name)
+
+    monkeypatch.setattr(compat, "_resolve", without_legacy)
+    v1 = compat.fingerprints("v1")
+    assert not set(v1) & set(compat.LEGACY_RELIED_ON) and set(compat.V1_RELIED_ON) <= set(v1)
+    assert compat.check_verl("0.9.1", trainer="v1") == "0.9.1"
+    with pytest.raises(compat.UnsupportedVerlError, match=r"changed since verl 0\.9\.1: .*RayPPOTrainer\.fit"):
+        compat.check_verl("0.9.1", trainer="legacy")
+
+
+def test_config_defaults_are_fingerprinted_like_code(monkeypatch):
+    """verl main's algorithm.filter_groups.metric default is null (0.9.1: reward): a changed default the
+    rlhooks mapping relies on is refused at start-up, named like a changed member."""
+    monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
+    defaults = compat.config_defaults("v1")
+    assert defaults["config:algorithm.filter_groups.metric"] == '"reward"'
+    assert defaults["config:trainer.use_v1"] == "true" and defaults["config:trainer.v1.trainer_mode"] == '"sync"'
+    changed = dict(defaults, **{"config:algorithm.filter_groups.metric": "null"})
+    monkeypatch.setattr(compat, "_config_defaults", lambda trainer: tuple(changed.items()))
+    with pytest.raises(compat.UnsupportedVerlError,
+                       match=r"changed since verl 0\.9\.1: config:algorithm\.filter_groups\.metric\."):
+        compat.check_verl("0.10.0.dev0", trainer="v1")
+
+
+def test_every_verl_member_the_v1_trainer_overrides_is_fingerprinted():
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer
+    from rlhooks.engines.verl.v1.trainer import RLHooksPPOTrainerSync
+
+    for ours, theirs, prefix in ((RLHooksPPOTrainerSync, PPOTrainer, "verl.trainer.ppo.v1.trainer_base:PPOTrainer."),
+                                 (RLHooksReplayBuffer, ReplayBuffer, "verl.trainer.ppo.v1.replay_buffer:ReplayBuffer.")):
+        overridden = {n for n in vars(ours) if n.startswith("_") and not n.startswith("__") and callable(getattr(theirs, n, None))}
+        overridden |= {n for n in ("__init__", "fit", "sample") if n in vars(ours)}
+        assert overridden and {prefix + n for n in overridden} <= set(compat.V1_RELIED_ON), overridden

@@ -39,7 +39,7 @@ def test_build_config_merges_yaml_verl_section_and_overrides(tmp_path):
     cfg = build_config(str(yaml_file), ["data.train_batch_size=8", "rlhooks.run.max_num_gen_batches=7"])
     assert cfg.data.train_batch_size == 8  # the command line beats the file's verl: section
     assert cfg.data.gen_batch_size == 32 and list(cfg.trainer.logger) == ["console"]
-    assert cfg.trainer.use_v1 is False
+    assert cfg.trainer.use_v1 is True  # verl's default trainer, not forced to legacy
     rl = rlhooks_config(cfg)
     assert (rl.run.train_batch_size, rl.run.gen_batch_size, rl.run.n) == (8, 32, 4)  # taken from verl
     assert rl.run.max_num_gen_batches == 7 and rl.run.name == "from-yaml"
@@ -292,7 +292,7 @@ def test_a_disagreeing_run_key_names_both_keys_in_the_yaml(tmp_path):
 
 def test_the_documents_trainer_name_is_the_rlhooks_trainer():
     from rlhooks.engines.verl import RayPPOTrainerWithSampling as RayPPOTrainer
-    from rlhooks.engines.verl.trainer import RLHooksRayPPOTrainer
+    from rlhooks.engines.verl.legacy.trainer import RLHooksRayPPOTrainer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer as VerlRayPPOTrainer
 
     assert RayPPOTrainer is RLHooksRayPPOTrainer and issubclass(RayPPOTrainer, VerlRayPPOTrainer)
@@ -317,3 +317,60 @@ def test_rlhooks_environment_reaches_ray_workers_through_runtime_env():
     assert added == {"RLHOOKS_LOG_JSON": "1"}
     env_vars = OmegaConf.to_container(cfg.ray_kwargs.ray_init.runtime_env.env_vars)
     assert env_vars == {"RLHOOKS_TRACE": 0, "RLHOOKS_LOG_JSON": "1"}  # no secrets: verl prints ray.init's kwargs
+
+
+# -- which trainer: verl's config decides (issue 30) --------------------------------------------------
+
+
+def test_verls_default_trainer_v1_runs_with_the_rlhooks_mode_and_replay_buffer_set_openly(capsys):
+    from rlhooks.engines.verl import v1
+
+    cfg = build_config(None, [])
+    assert cfg.trainer.use_v1 is True
+    assert cfg.trainer.v1.trainer_mode == v1.TRAINER_MODE
+    assert dict(cfg.trainer.v1.sampler.custom_sampler) == {"path": v1.REPLAY_BUFFER_PATH, "name": v1.REPLAY_BUFFER_NAME}
+    err = capsys.readouterr().err
+    assert "sets these verl keys, which were at verl's defaults: trainer.v1.trainer_mode=rlhooks_sync" in err
+
+
+def test_use_v1_false_keeps_the_legacy_trainer_and_touches_no_v1_key():
+    cfg = build_config(None, ["trainer.use_v1=false"])
+    assert cfg.trainer.use_v1 is False
+    assert cfg.trainer.v1.trainer_mode == "sync" and cfg.trainer.v1.sampler.custom_sampler.path is None
+
+
+def test_a_trainer_mode_the_user_chose_is_never_replaced():
+    cfg = build_config(None, ["trainer.v1.trainer_mode=rlhooks_sync"])
+    assert cfg.trainer.v1.trainer_mode == "rlhooks_sync"
+    for mode, why in (("sync", "would train without them"), ("colocate_async", "asynchronous modes are not supported")):
+        with pytest.raises(ConfigError, match=rf"trainer.v1.trainer_mode: is '{mode}'.*{why}.*trainer.use_v1=false"):
+            build_config(None, [f"trainer.v1.trainer_mode={mode}"])
+    cfg = build_config(None, ["+trainer.v1.sampler.custom_sampler.path=pkg://my.buffer",
+                              "+trainer.v1.sampler.custom_sampler.name=Mine"])
+    assert cfg.trainer.v1.sampler.custom_sampler.path == "pkg://my.buffer"  # the trainer checks it is ours
+
+
+def test_filter_groups_null_metric_reads_as_each_trainer_reads_it():
+    """verl main's default algorithm.filter_groups.metric is null: V1 filters on the sequence reward there;
+    the legacy path keeps the DAPO recipe's acc."""
+    v1 = rlhooks_config(build_config(None, ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=null"]))
+    assert [(f.name, f.options.metric) for f in v1.filters] == [("dapo", "seq_reward")]
+    legacy = rlhooks_config(build_config(None, ["trainer.use_v1=false", "algorithm.filter_groups.enable=true",
+                                                "algorithm.filter_groups.metric=null"]))
+    assert [(f.name, f.options.metric) for f in legacy.filters] == [("dapo", "acc")]
+
+
+def test_run_picks_the_task_runner_of_the_trainer_in_use(monkeypatch):
+    import verl.trainer.main_ppo as main_ppo
+
+    from rlhooks.engines.verl import main as rl_main
+
+    picked = []
+    monkeypatch.setattr(main_ppo, "run_ppo", lambda cfg, task_runner_class: picked.append(task_runner_class))
+    monkeypatch.setattr(rl_main, "validate_verl_config", lambda cfg: None)
+    rl_main.run(build_config(None, []))
+    rl_main.run(build_config(None, ["trainer.use_v1=false"]))
+    from rlhooks.engines.verl.legacy.runner import RLHooksTaskRunner
+    from rlhooks.engines.verl.v1.runner import RLHooksTaskRunnerV1
+
+    assert picked == [RLHooksTaskRunnerV1, RLHooksTaskRunner]

@@ -28,7 +28,7 @@ pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="needs verl[verl-core
 pytest.importorskip("ray", reason="needs ray (verl[verl-core])")
 
 from .cluster_standins import PROBE_ENV  # noqa: E402
-from .ray_cluster import LocalRayCluster, local_ray_cluster  # noqa: E402
+from .ray_cluster import LocalRayCluster, hermetic_env, local_ray_cluster  # noqa: E402
 from .verl_shim_helpers import WORDS, make_tokenizer, write_dataset  # noqa: E402
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow]
@@ -53,11 +53,22 @@ def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cluster(plugin_site: Path) -> Iterator[LocalRayCluster]:
+def stray_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home directory holding a ``~/.ray/auth_token`` of another Ray (what Ray 2.60's plain ``ray.init()``
+    leaves behind): nodes and driver run with it, and the test's own token must win."""
+    home = tmp_path_factory.mktemp("home")
+    (home / ".ray").mkdir()
+    (home / ".ray" / "auth_token").write_text("a-token-of-another-local-ray")
+    return home
+
+
+@pytest.fixture(scope="module")
+def cluster(plugin_site: Path, stray_home: Path) -> Iterator[LocalRayCluster]:
     # each node's own environment: the plugin installed (PYTHONPATH), the tests package for the stand-ins,
     # and none of the driver's RLHOOKS_* variables (they must arrive through runtime_env)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLHOOKS_")}
     env["PYTHONPATH"] = os.pathsep.join([str(plugin_site), str(ROOT)])
+    env["HOME"] = str(stray_home)
     with local_ray_cluster(env) as running:
         yield running
 
@@ -100,14 +111,16 @@ def train(cluster: LocalRayCluster, plugin_site: Path, model_files: dict[str, Pa
                                   "actor": {"ppo_mini_batch_size": 2, "ppo_micro_batch_size_per_gpu": 2,
                                             "use_kl_loss": False}},
             "algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False},
-            "trainer": {"logger": ["console"], "total_training_steps": 2, "total_epochs": 1, "save_freq": 2,
+            "trainer": {"use_v1": False,  # the CPU stand-ins (cluster_standins.py) are legacy-trainer workers
+                        "logger": ["console"], "total_training_steps": 2, "total_epochs": 1, "save_freq": 2,
                         "test_freq": -1, "val_before_train": False, "n_gpus_per_node": 1,
                         "experiment_name": NAME, "default_local_dir": checkpoints},
         },
     }))
     probe = work / "probe.json"
+    # the driver: the cluster's token (conftest put the test's token in os.environ) and the stray ~/.ray
     env = {**os.environ, "RAY_ADDRESS": cluster.address, "PYTHONPATH": str(plugin_site),
-           "RAY_TMPDIR": str(cluster.root)}
+           "RAY_TMPDIR": str(cluster.root), "HOME": cluster.env["HOME"], **hermetic_env()}
     env.pop("RLHOOKS_LOG_JSON", None)
     res = subprocess.run(
         [sys.executable, "-m", "rlhooks.cli", "--log-json", "train", "--config", str(config),
@@ -117,6 +130,7 @@ def train(cluster: LocalRayCluster, plugin_site: Path, model_files: dict[str, Pa
     )
     output = res.stdout + res.stderr
     assert res.returncode == 0, output[-6000:]
+    assert "Authentication token is missing or incorrect" not in output
     return res, json.loads(probe.read_text())
 
 

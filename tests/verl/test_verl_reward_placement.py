@@ -16,7 +16,7 @@ from .test_verl_adapter import trajectories  # noqa: E402
 
 from rlhooks.engines.verl import adapter  # noqa: E402
 from rlhooks.engines.verl.main import compose_verl_config  # noqa: E402
-from rlhooks.engines.verl.trainer import VerlRollout  # noqa: E402
+from rlhooks.engines.verl.legacy.trainer import VerlRollout  # noqa: E402
 from verl import DataProto  # noqa: E402
 
 pytestmark = pytest.mark.verl

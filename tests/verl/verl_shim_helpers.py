@@ -20,7 +20,7 @@ import torch
 
 import rlhooks
 from rlhooks import Sampler
-from rlhooks.engines.verl.trainer import RLHooksRayPPOTrainer
+from rlhooks.engines.verl.legacy.trainer import RLHooksRayPPOTrainer
 from verl import DataProto
 
 SOURCES = ("easy", "hard", "mixed")  # easy: all right, hard: all wrong, mixed: half right

@@ -30,9 +30,9 @@ def _train(args: argparse.Namespace) -> int:
         os.environ["RLHOOKS_LOG_JSON"] = "1"
     if getattr(args, "verbose", False):
         os.environ["RLHOOKS_VERBOSE"] = "1"
-    from rlhooks.engines.verl.compat import check_verl
+    from rlhooks.engines.verl.compat import require_verl
 
-    check_verl()  # before the run: verl code that differs from every reviewed version is one clear error
+    require_verl()  # before verl's config is read; run_from_args checks the fingerprints of the trainer in use
     from rlhooks.engines.verl.main import run_from_args
 
     return run_from_args(args)

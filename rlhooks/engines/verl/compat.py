@@ -1,24 +1,30 @@
-"""Which verl the shim runs on: the fingerprints of the verl code it relies on decide, not the version.
+"""Which verl the shim runs on: the fingerprints of the verl code and config defaults it relies on decide,
+not the version.
 
-The rlhooks trainer restates verl's legacy ``RayPPOTrainer.fit()``, calls private ``RayPPOTrainer``
-members and relies on verl's workers, agent loop, checkpoint manager, metric functions and
-``DataProto``, so a verl release can break it without an API change, and a release with a new
-number can leave all of it untouched. :func:`check_verl` (``rlhooks train`` and the trainer's
-constructor call it first) hashes the source of each member in :data:`RELIED_ON` and compares the
-hashes with those recorded per reviewed verl version in ``verl_fingerprints.json``:
+rlhooks runs on verl's V1 trainer (subclassing ``PPOTrainerSync`` and verl's ``ReplayBuffer``, overriding
+a few of their members) and on its legacy trainer (restating ``RayPPOTrainer.fit()``); both call verl's
+workers, metric functions and ``DataProto``, and read verl's config defaults (e.g. what
+``algorithm.filter_groups.metric`` means when unset). A verl release can break that without an API
+change, and a release with a new number can leave all of it untouched. :func:`check_verl` hashes the
+source of each member the trainer in use relies on (:data:`SHARED_RELIED_ON` plus :data:`V1_RELIED_ON`
+or :data:`LEGACY_RELIED_ON`), reads verl's defaults of :data:`CONFIG_DEFAULTS`, and compares both with
+what was recorded per reviewed verl version in ``verl_fingerprints.json``. ``rlhooks train`` checks once
+the config says which trainer runs (``--dry-run`` too), and each trainer's constructor checks its own:
 
 * they match a reviewed version: the run goes on (with a notice when the version is outside the
   tested range :data:`TESTED`, e.g. verl's main, whose code the shim relies on is 0.9.1's);
 * they differ from every reviewed version: one error naming the changed members, unless the user
   opts in with ``RLHOOKS_ALLOW_UNSUPPORTED_VERL=1`` (then a warning).
 
-After reviewing a new verl (and porting its changes into the shim), record its hashes with
+Only the trainer in use is checked, so a verl without the legacy trainer runs V1. After reviewing a new
+verl (and porting its changes into the shim), record its fingerprints with
 ``python -m rlhooks.engines.verl.compat --record``. This module imports nothing from verl at import time.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import importlib
 import inspect
@@ -39,9 +45,24 @@ FINGERPRINT_FILE = Path(__file__).with_name("verl_fingerprints.json")
 RECORD_COMMAND = "python -m rlhooks.engines.verl.compat --record"
 
 _TRAINER = "verl.trainer.ppo.ray_trainer:RayPPOTrainer."
+_V1 = "verl.trainer.ppo.v1.trainer_base:PPOTrainer."
+_BUFFER = "verl.trainer.ppo.v1.replay_buffer:ReplayBuffer."
 _PROTO = "verl.protocol:DataProto."
-#: verl code the shim restates (fit), calls or overrides, by qualified name
-RELIED_ON: tuple[str, ...] = (
+
+#: verl code both trainers' rlhooks code relies on (adapter, state, metrics)
+SHARED_RELIED_ON: tuple[str, ...] = (
+    "verl.utils.checkpoint.checkpoint_manager:find_latest_ckpt_path",  # state.resumed_folder
+    "verl.trainer.ppo.metric_utils:compute_data_metrics",
+    "verl.utils.metric:reduce_metrics",
+    # the DataProto methods the shim and its adapter use (a copy-on-read DataProto is covered by
+    # placing rewards by assignment; these catch a change of their rules)
+    *(_PROTO + name for name in (
+        "__getitem__", "select_idxs", "select", "concat", "union", "repeat", "chunk", "from_dict",
+        "from_single_dict", "to_tensordict", "from_tensordict", "pop")),
+)
+
+#: verl code the legacy restatement (legacy/) restates (fit), calls or overrides; deleted with legacy/
+LEGACY_RELIED_ON: tuple[str, ...] = (
     _TRAINER + "fit",  # restated step by step in RLHooksRayPPOTrainer.fit and its helpers
     _TRAINER + "__init__",  # sets the attributes the shim reads (use_rm, kl_ctrl_in_reward, _dump_executor, ...)
     _TRAINER + "init_workers",  # builds the worker groups, rollout and checkpoint managers the shim calls
@@ -63,22 +84,54 @@ RELIED_ON: tuple[str, ...] = (
     "verl.workers.engine_workers:TrainingWorker._postprocess_output",  # when metrics["mfu"] exists
     "verl.checkpoint_engine:CheckpointEngineManager.update_weights",
     "verl.checkpoint_engine:CheckpointEngineManager.sleep_replicas",
-    "verl.utils.checkpoint.checkpoint_manager:find_latest_ckpt_path",
     "verl.utils.checkpoint.checkpoint_manager:should_save_ckpt_esi",
     # the metric functions the shim calls
     *(f"verl.trainer.ppo.metric_utils:{name}" for name in (
-        "compute_data_metrics", "compute_timing_metrics", "compute_throughout_metrics",
-        "compute_variance_proxy_metrics")),
-    "verl.utils.metric:reduce_metrics",
+        "compute_timing_metrics", "compute_throughout_metrics", "compute_variance_proxy_metrics")),
     "verl.utils.debug.metrics:calculate_debug_metrics",
     "verl.trainer.ppo.rollout_corr_helper:apply_bypass_mode",
     "verl.trainer.ppo.rollout_corr_helper:compute_rollout_correction_and_add_to_batch",
-    # the DataProto methods the shim and its adapter use (a copy-on-read DataProto is covered by
-    # placing rewards by assignment; these catch a change of their rules)
-    *(_PROTO + name for name in (
-        "__getitem__", "select_idxs", "select", "concat", "union", "repeat", "chunk", "from_dict",
-        "from_single_dict", "to_tensordict", "from_tensordict", "pop")),
 )
+
+#: verl code the V1 trainer (v1/) subclasses, overrides or calls: not restated, but the lifecycle it hooks
+#: into (where fit() calls _compute_metrics, what sample() does with _dapo_filtered_keys) is verl's
+V1_RELIED_ON: tuple[str, ...] = (
+    _V1 + "fit",  # the order: step -> _save_checkpoint -> on_step_end -> _compute_metrics -> logger.log
+    _V1 + "__init__",  # builds the replay buffer (custom_sampler) before init()
+    _V1 + "_build_replay_buffer",  # the kwargs a custom sampler receives
+    _V1 + "_init_dataloader",  # overridden: the rlhooks sampler and row index on verl's StatefulDataLoader
+    _V1 + "_submit_batch_to_rollout",  # overridden: on_batch_sampled and prompt filters before the agent loop
+    _V1 + "_fetch_one_gen_batch",  # the prompts' TensorDict (uid) the override receives
+    _V1 + "_compute_metrics",  # overridden: on_step_end with verl's metrics, merged before logger.log
+    _V1 + "_save_checkpoint",
+    _V1 + "_load_checkpoint",
+    _V1 + "_reissue_inflight_prompts",  # async modes: prompts in flight at a checkpoint bypass on_batch_sampled
+    "verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync",
+    "verl.trainer.ppo.v1.trainer_base:register_trainer",
+    "verl.trainer.main_ppo:TaskRunnerV1.run",
+    _BUFFER + "__init__",
+    _BUFFER + "sample",  # calls _terminal_eviction_reasons -> _dapo_filtered_keys; refills 2k per evicted group
+    _BUFFER + "_dapo_filtered_keys",  # overridden: the rlhooks filters decide which groups are evicted
+    _BUFFER + "_terminal_eviction_reasons",
+    _BUFFER + "_evict_terminal_groups",
+    _BUFFER + "_sync_metadata_from_transfer_queue",
+    "verl.trainer.ppo.v1.agent_loop_tq:AgentLoopWorkerTQ._agent_loop_postprocess",  # the fields put into TQ
+)
+
+#: every member fingerprinted (what --record writes)
+RELIED_ON: tuple[str, ...] = SHARED_RELIED_ON + LEGACY_RELIED_ON + V1_RELIED_ON
+TRAINERS = {"legacy": LEGACY_RELIED_ON, "v1": V1_RELIED_ON}
+
+#: verl config defaults rlhooks relies on (its meaning of verl's keys reads them), per trainer; recorded
+#: as ``config:<key>`` with their JSON value, checked like code
+SHARED_CONFIG_DEFAULTS = ("algorithm.filter_groups.enable", "algorithm.filter_groups.max_num_gen_batches",
+                          "data.gen_batch_size", "trainer.use_v1")
+CONFIG_DEFAULTS = {
+    "legacy": SHARED_CONFIG_DEFAULTS + ("algorithm.filter_groups.metric",),
+    "v1": SHARED_CONFIG_DEFAULTS + ("algorithm.filter_groups.metric", "trainer.v1.trainer_mode",
+                                    "trainer.v1.sampler.custom_sampler", "trainer.v1.sampler.sync_refill_failed_groups"),
+}
+CONFIG_PREFIX = "config:"
 
 
 class UnsupportedVerlError(RLHooksError):
@@ -102,18 +155,25 @@ def in_tested_range(version: str) -> bool:
         return False
 
 
-def check_verl(version: str | None = None) -> str:
-    """The installed verl version, when the verl code the shim relies on is a reviewed version's;
-    UnsupportedVerlError (naming the changed members) otherwise, unless the user opted in."""
-    import structlog
-
-    log = structlog.get_logger("rlhooks.verl")
-    version = version if version is not None else installed_verl_version()
+def require_verl() -> str:
+    """The installed verl version; UnsupportedVerlError when verl is not installed."""
+    version = installed_verl_version()
     if version is None:
         raise UnsupportedVerlError(
             f"verl is not installed; rlhooks train needs verl (tested: {TESTED}): pip install -e '.[verl]' in the rlhooks clone"
         )
-    same_as, nearest, changed = compare(fingerprints())
+    return version
+
+
+def check_verl(version: str | None = None, trainer: str | None = None) -> str:
+    """The installed verl version, when the verl code (and config defaults) the shim relies on for
+    ``trainer`` ("v1", "legacy"; None: both) are a reviewed version's; UnsupportedVerlError (naming the
+    changed members) otherwise, unless the user opted in."""
+    import structlog
+
+    log = structlog.get_logger("rlhooks.verl")
+    version = version if version is not None else require_verl()
+    same_as, nearest, changed = compare(fingerprints(trainer))
     if same_as:
         if not in_tested_range(version):
             log.warning(f"verl {version} is outside the tested range {TESTED}, but the verl code the rlhooks trainer "
@@ -148,16 +208,57 @@ def _resolve(qualname: str) -> object:
     return obj
 
 
-def fingerprints() -> dict[str, str]:
-    """sha256 of the source of each member in RELIED_ON (``missing`` when verl no longer has it)."""
+def relied_on(trainer: str | None = None) -> tuple[str, ...]:
+    """The verl members checked for ``trainer`` ("v1", "legacy"; None: all)."""
+    if trainer is None:
+        return RELIED_ON
+    if trainer not in TRAINERS:
+        raise ValueError(f"unknown trainer {trainer!r}: one of {sorted(TRAINERS)}")
+    return SHARED_RELIED_ON + TRAINERS[trainer]
+
+
+def config_defaults(trainer: str | None = None) -> dict[str, str]:
+    """``config:<key>`` -> the JSON of verl's own default (its ``ppo_trainer`` config composed by Hydra, as
+    verl's main_ppo composes it) for each key rlhooks relies on; ``missing`` when verl has no such key."""
+    return dict(_config_defaults(trainer))
+
+
+@functools.lru_cache(maxsize=4)  # the installed verl's config files do not change within a process
+def _config_defaults(trainer: str | None) -> tuple[tuple[str, str], ...]:
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    keys = sorted(set(CONFIG_DEFAULTS[trainer]) if trainer else {k for v in CONFIG_DEFAULTS.values() for k in v})
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module("verl.trainer.config", version_base=None):
+            cfg = compose(config_name="ppo_trainer")
+    finally:
+        GlobalHydra.instance().clear()
     out = {}
-    for name in RELIED_ON:
+    for key in keys:
+        node = OmegaConf.select(cfg, key, default="<missing>")
+        value = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+        out[CONFIG_PREFIX + key] = "missing" if value == "<missing>" else json.dumps(value, sort_keys=True)
+    return tuple(out.items())
+
+
+def fingerprints(trainer: str | None = None) -> dict[str, str]:
+    """sha256 of the source of each member :func:`relied_on` names (``missing`` when verl no longer has it),
+    and verl's defaults of the config keys rlhooks relies on (:func:`config_defaults`)."""
+    out = {}
+    for name in relied_on(trainer):
         try:
             source = inspect.getsource(_resolve(name))  # type: ignore[arg-type]
         except (AttributeError, ImportError, OSError, TypeError):
             out[name] = "missing"
             continue
         out[name] = hashlib.sha256(source.encode()).hexdigest()[:16]
+    try:
+        out.update(config_defaults(trainer))
+    except ImportError:
+        out.update({CONFIG_PREFIX + k: "missing" for k in CONFIG_DEFAULTS.get(trainer, SHARED_CONFIG_DEFAULTS)})
     return out
 
 
@@ -167,13 +268,14 @@ def recorded() -> dict[str, dict[str, str]]:
 
 
 def compare(now: dict[str, str]) -> tuple[list[str], str | None, list[str]]:
-    """(reviewed versions whose recorded hashes equal ``now``, the nearest reviewed version, the members
-    that differ from it)."""
-    records = recorded()
+    """(reviewed versions whose recorded hashes equal ``now`` on ``now``'s members, the nearest reviewed
+    version, the members that differ from it)."""
+    # only what ``now`` covers: the check follows the trainer in use (a verl without the legacy trainer runs V1)
+    records = {v: {n: known.get(n, "not recorded") for n in now} for v, known in recorded().items()}
     same = sorted(v for v, known in records.items() if known == now)
     if same or not records:
         return same, (same[0] if same else None), ([] if same else sorted(now))
-    diffs = {v: sorted(n for n in set(now) | set(known) if now.get(n) != known.get(n)) for v, known in records.items()}
+    diffs = {v: sorted(n for n in now if now[n] != known[n]) for v, known in records.items()}
     nearest = min(diffs, key=lambda v: (len(diffs[v]), v))
     return [], nearest, diffs[nearest]
 

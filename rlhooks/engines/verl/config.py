@@ -20,7 +20,8 @@ silent pick.
 
 verl's dynamic-sampling keys (the DAPO recipe's) map onto the rlhooks ``dapo`` filter:
 ``algorithm.filter_groups.enable=true`` adds a ``dapo`` filter (unless the rlhooks config has one)
-with ``metric`` = ``algorithm.filter_groups.metric`` (verl's default ``reward`` -> ``seq_reward``)
+with ``metric`` = ``algorithm.filter_groups.metric`` (``reward`` -> ``seq_reward``; null -> ``seq_reward`` on
+V1, ``acc`` on the legacy trainer: :data:`FILTER_GROUPS_METRICS`)
 and sets ``run.max_num_gen_batches`` from ``algorithm.filter_groups.max_num_gen_batches``
 (non-positive = no limit = 0). An rlhooks value that disagrees is an error naming both keys. The verl-style ``data.sampler.class_name`` (+ flat ``data.sampler.*`` options) is
 mapped onto the rlhooks ``sampler:`` section.
@@ -92,9 +93,22 @@ def legacy_sampler(verl_config: Any) -> dict[str, Any] | None:
     return {k: v for k, v in sampler.items() if v is not None}
 
 
-#: verl's algorithm.filter_groups.metric -> the rlhooks dapo filter's metric ("reward", verl 0.9's
-#: default, is the pre-KL sequence reward; null: the DAPO recipe's acc)
-FILTER_GROUPS_METRICS = {"reward": "seq_reward", None: "acc"}
+#: verl's algorithm.filter_groups.metric -> the rlhooks dapo filter's metric, per trainer, as each reads it.
+#: "reward" (verl 0.9's default) is the pre-KL sequence reward (V1's replay buffer: rm_scores summed).
+#: null (verl main's default): V1 filters on the sequence reward; the legacy path keeps the DAPO recipe's acc.
+FILTER_GROUPS_METRICS = {
+    "v1": {"reward": "seq_reward", None: "seq_reward"},
+    "legacy": {"reward": "seq_reward", None: "acc"},
+}
+#: verl's default of trainer.use_v1 (0.9.1), for a verl: section read without verl (simulate, config check);
+#: `rlhooks train` reads the composed config, and compat's fingerprints check this default at start-up
+VERL_DEFAULT_USE_V1 = True
+
+
+def trainer_in_use(verl_config: Any) -> str:
+    """"v1" or "legacy": the trainer verl's config selects (``trainer.use_v1``, verl's default when unset)."""
+    use_v1 = _get(verl_config, "trainer.use_v1")
+    return "v1" if (VERL_DEFAULT_USE_V1 if use_v1 is None else bool(use_v1)) else "legacy"
 
 
 def _filter_groups(verl_config: Any, raw: dict[str, Any], at: str = f"{BLOCK}.", verl_at: str = "") -> list[ConfigIssue]:
@@ -113,7 +127,7 @@ def _filter_groups(verl_config: Any, raw: dict[str, Any], at: str = f"{BLOCK}.",
     if not isinstance(groups, Mapping) or not groups.get("enable"):
         return issues
     metric = groups.get("metric")
-    metric = FILTER_GROUPS_METRICS.get(metric, metric)
+    metric = FILTER_GROUPS_METRICS[trainer_in_use(verl_config)].get(metric, metric)
     filters = raw.get("filters") or []
     if isinstance(filters, (str, Mapping)):
         filters = [filters]

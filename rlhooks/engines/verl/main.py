@@ -15,27 +15,26 @@ Overrides are routed by prefix:
   ``sampler:`` section (``data.sampler.class_name=MultiSourceSampler``);
 * everything else goes to Hydra for verl.
 
-verl's legacy trainer (``trainer.use_v1=false``) is used: it is the one that keeps the batch on
-the driver and takes a sampler. The rlhooks config is validated before Ray starts.
+The trainer is the one verl's config selects: V1 (``trainer.use_v1=true``, verl's default;
+:mod:`rlhooks.engines.verl.v1`) or the legacy one (``trainer.use_v1=false``;
+:mod:`rlhooks.engines.verl.legacy`, imported only then). The rlhooks config is validated before Ray starts.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import ray
 import structlog
-from verl.trainer.main_ppo_v0 import BaseTaskRunner
 
 from rlhooks.core.config import apply_overrides, load_yaml
 from rlhooks.core.errors import ConfigError, ConfigIssue, RLHooksError
 from rlhooks.engines.verl.arguments import DEFAULT_CONFIG_NAME, add_arguments
-from rlhooks.engines.verl.config import BLOCK, VERL_SECTION, deep_merge, raw_block, rlhooks_config
+from rlhooks.engines.verl.config import BLOCK, VERL_SECTION, deep_merge, raw_block, rlhooks_config, trainer_in_use
+from rlhooks.engines.verl.ray_env import forward_rlhooks_env, warn_unshared_paths  # noqa: F401 (used by both runners, and by tests from here)
 
 log = structlog.get_logger("rlhooks.verl")
 
@@ -131,86 +130,58 @@ def build_config(rlhooks_yaml: str | None, args: Sequence[str], *, config_dir: s
     block = apply_overrides(block, rl_args)
     with open_dict(cfg):
         cfg[BLOCK] = OmegaConf.create(block)
-        if cfg.trainer.get("use_v1", False):
-            log.info("using verl's legacy trainer (trainer.use_v1=false): the rlhooks trainer subclasses it")
-        cfg.trainer.use_v1 = False
+        if trainer_in_use(cfg) == "v1":
+            select_v1_parts(cfg, verl_args)
     rlhooks_config(cfg)  # every rlhooks config error now, before Ray and the models start
     return cfg
 
 
-# -- running ----------------------------------------------------------------------------------------
+def _chosen_keys(verl_args: Sequence[str]) -> set[str]:
+    return {arg.partition("=")[0].lstrip("+~") for arg in verl_args}
 
 
-class _TaskRunner(BaseTaskRunner):
-    """verl's legacy TaskRunner, building RLHooksRayPPOTrainer instead of RayPPOTrainer."""
+def select_v1_parts(cfg: Any, verl_args: Sequence[str]) -> dict[str, Any]:
+    """On verl's V1 trainer, the rlhooks trainer mode and replay buffer, set only where the user chose none.
 
-    def run(self, config: Any) -> None:
-        import verl.trainer.main_ppo_v0 as v0
-
-        from rlhooks.engines.verl.trainer import RLHooksRayPPOTrainer
-
-        original = getattr(v0.TaskRunner, "__ray_metadata__", None)
-        run = getattr(getattr(original, "modified_class", None), "run", None)
-        if run is None:
-            raise RLHooksError(
-                "cannot find verl's TaskRunner.run (verl.trainer.main_ppo_v0); this verl/ray version is not "
-                "supported by rlhooks train: use verl 0.9.x"
-            )
-        warn_unshared_paths(config)
-        # This Ray actor process runs only this job, so swapping the name verl's TaskRunner.run
-        # constructs is contained; the rest of the set-up (workers, datasets, reward) stays verl's.
-        v0.RayPPOTrainer = RLHooksRayPPOTrainer
-        run(self, config)
-
-
-def warn_unshared_paths(config: Any) -> list[str]:
-    """In the TaskRunner, on a Ray cluster of several nodes: a warning for each relative directory it
-    writes (``rlhooks.run.out_dir``, verl's ``trainer.default_local_dir``, which holds ``rlhooks.pt``).
-
-    Ray places the TaskRunner on any node with a free CPU, so a relative path lands under the directory
-    ``ray start`` ran in on that node, not where ``rlhooks train`` was started, and a later run (or a
-    resume) placed elsewhere does not find it. Returns the warnings' messages.
+    rlhooks runs on V1 through two of verl's extension points, both verl settings:
+    ``trainer.v1.trainer_mode`` (the rlhooks trainer registered as ``rlhooks_sync``: verl's sync trainer with
+    the hooks) and ``trainer.v1.sampler.custom_sampler`` (the rlhooks replay buffer, which runs the filters).
+    Left at verl's defaults (``sync``, none), they are set here and said so in one warning; a mode the user
+    chose that rlhooks does not extend is a ConfigError. Returns what was set.
     """
-    alive = [n for n in ray.nodes() if n.get("Alive")]
-    if len(alive) < 2:
-        return []
-    node = f"{ray.util.get_node_ip_address()} (Ray node {ray.get_runtime_context().get_node_id()[:12]})"
-    run = rlhooks_config(config).run
-    checkpoints = str(config.trainer.default_local_dir)
-    paths = [(f"{BLOCK}.run.out_dir", run.out_dir, os.path.join(run.out_dir, run.name), "the rlhooks run directory"),
-             ("trainer.default_local_dir", checkpoints, checkpoints,
-              "the checkpoint directory (verl's checkpoints, rlhooks.pt)")]
-    messages = []
-    for key, value, target, what in paths:
-        if os.path.isabs(os.path.expanduser(value)):
-            continue
-        messages.append(
-            f"{key} is relative ({value!r}) on a Ray cluster of {len(alive)} nodes: {what} is "
-            f"{os.path.abspath(target)} on {node}, where Ray placed the TaskRunner that writes it, not on the "
-            f"machine that ran `rlhooks train`. Set {key} to an absolute path on storage every node can reach "
-            f"(e.g. {key}=/shared/...), see docs/how-to/verl.md, 'On a Ray cluster'"
+    from rlhooks.engines.verl import v1
+
+    chosen = _chosen_keys(verl_args)
+    mode = cfg.trainer.v1.trainer_mode
+    set_here: dict[str, Any] = {}
+    if mode != v1.TRAINER_MODE:
+        if "trainer.v1.trainer_mode" in chosen or mode != v1.BASE_TRAINER_MODE:
+            raise ConfigError([ConfigIssue(
+                "trainer.v1.trainer_mode",
+                f"is {mode!r}: rlhooks train runs the rlhooks hooks on verl's V1 trainer as trainer mode "
+                f"{v1.TRAINER_MODE!r} (verl's 'sync' trainer with the hooks); {mode!r} would train without them"
+                + ("" if mode == v1.BASE_TRAINER_MODE else " (verl's asynchronous modes are not supported by rlhooks yet)")
+                + f". Set trainer.v1.trainer_mode={v1.TRAINER_MODE} (or leave it unset), or trainer.use_v1=false "
+                f"for verl's legacy trainer",
+            )], "verl config")
+        cfg.trainer.v1.trainer_mode = set_here["trainer.v1.trainer_mode"] = v1.TRAINER_MODE
+    custom = cfg.trainer.v1.sampler.get("custom_sampler") or {}
+    if not (custom.get("path") or custom.get("name")):
+        from omegaconf import OmegaConf
+
+        OmegaConf.update(cfg, "trainer.v1.sampler.custom_sampler",
+                         {"path": v1.REPLAY_BUFFER_PATH, "name": v1.REPLAY_BUFFER_NAME}, force_add=True)
+        set_here["trainer.v1.sampler.custom_sampler"] = {"path": v1.REPLAY_BUFFER_PATH, "name": v1.REPLAY_BUFFER_NAME}
+    if set_here:
+        log.warning(
+            "rlhooks runs on verl's V1 trainer through verl's own extension points and sets these verl keys, "
+            "which were at verl's defaults: " + ", ".join(f"{k}={v}" for k, v in set_here.items())
+            + " (see docs/how-to/verl.md, 'Choosing the trainer'; trainer.use_v1=false runs the legacy trainer)",
         )
-        log.warning(messages[-1])
-    return messages
+    return set_here
 
 
-def forward_rlhooks_env(cfg: Any, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """This process's ``RLHOOKS_*`` variables into ``ray_kwargs.ray_init.runtime_env.env_vars`` (a value
-    set there already wins), so the TaskRunner and verl's workers see them also on a cluster started with
-    ``ray start``, whose processes inherit the environment of ``ray start``, not of ``rlhooks train``.
-    Returns what was added."""
-    from omegaconf import OmegaConf
-
-    added = {}
-    for key, value in environ.items():
-        path = f"ray_kwargs.ray_init.runtime_env.env_vars.{key}"
-        if key.startswith("RLHOOKS_") and OmegaConf.select(cfg, path, default=None) is None:
-            OmegaConf.update(cfg, path, value, force_add=True)
-            added[key] = value
-    return added
-
-
-RLHooksTaskRunner = ray.remote(num_cpus=1)(_TaskRunner)
+# -- running ----------------------------------------------------------------------------------------
 
 
 def validate_verl_config(cfg: Any, source: str | None = None) -> None:
@@ -256,12 +227,19 @@ def run(cfg: Any) -> None:
 
     validate_verl_config(cfg)
     forward_rlhooks_env(cfg)
-    run_ppo(cfg, task_runner_class=RLHooksTaskRunner)
+    if trainer_in_use(cfg) == "v1":
+        from rlhooks.engines.verl.v1.runner import RLHooksTaskRunnerV1 as task_runner
+    else:  # imported only here: a verl without the legacy trainer runs V1
+        from rlhooks.engines.verl.legacy.runner import RLHooksTaskRunner as task_runner
+    run_ppo(cfg, task_runner_class=task_runner)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     cfg = build_config(args.config, args.overrides, config_dir=args.verl_config_dir,
                        config_name=args.verl_config_name)
+    from rlhooks.engines.verl.compat import check_verl
+
+    check_verl(trainer=trainer_in_use(cfg))  # the verl code and defaults this trainer relies on are reviewed ones
     cpu_learner(cfg)
     validate_verl_config(cfg, args.config)  # --dry-run's verdict is the run's
     if args.dry_run:

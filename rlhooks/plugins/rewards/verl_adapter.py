@@ -12,7 +12,7 @@ verl config::
           options: {length_penalty: {max_chars: 1500}}   # a function's Options, as under rewards: in YAML
 
 ``compute_score`` returns ``{"score": weighted total, "<function>": unweighted score, ...,
-"acc": 1.0 | 0.0, "reward_errors": n}``; verl logs every key but ``score`` as a reward extra,
+"acc": 1.0 | 0.0, "reward_errors": n, "reward_errors/<function>": 1.0 | 0.0, ...}``; verl logs every key but ``score`` as a reward extra,
 so the components reach the batch (and the DAPO filter's default ``acc`` metric exists).
 
 * functions: names of reward functions (built-ins or any installed ``rlhooks.rewards`` function);
@@ -42,6 +42,8 @@ log = structlog.get_logger("rlhooks.rewards.verl")
 
 DEFAULT_FUNCTIONS = tuple(BUILTIN_FUNCTIONS)
 ACC_MIN_SCORE = 1.5  # check_answer's normalized match or better counts as correct
+#: ``reward_errors/<function>``: 1.0 on a sample the function raised on (or scored NaN/inf), else 0.0
+ERROR_PREFIX = "reward_errors/"
 
 
 OPTIONS_PATH = "reward_kwargs.options"
@@ -142,18 +144,20 @@ def compute_score(
     info.setdefault("data_source", data_source)
     target = ground_truth if isinstance(ground_truth, str) else str(ground_truth)
     out: dict[str, float] = {}
-    total, errors = 0.0, 0
+    failed: dict[str, float] = {}
+    total = 0.0
     for (name, fn), w in zip(fns, ws):
+        failed[name] = 0.0
         try:
             value = float(fn(solution_str, target, **info))
         except Exception as exc:  # noqa: BLE001 - one bad sample must not stop verl's reward loop
             value = float(error_score)
-            errors += 1
+            failed[name] = 1.0
             log.warning("reward function raised; sample scored error_score", plugin=name,
                         error=f"{type(exc).__name__}: {exc}", error_score=error_score)
         else:
             if not math.isfinite(value):  # NaN/inf: the same policy as a raise (it would poison the advantages)
-                errors += 1
+                failed[name] = 1.0
                 log.warning("reward function returned a non-finite score; sample scored error_score", plugin=name,
                             score=value, error_score=error_score)
                 value = float(error_score)
@@ -161,7 +165,9 @@ def compute_score(
         total += w * value
     answer = out["check_answer"] if "check_answer" in out else _safe_check(solution_str, target)
     out["acc"] = 1.0 if answer >= ACC_MIN_SCORE else 0.0
-    out["reward_errors"] = float(errors)
+    out["reward_errors"] = float(sum(failed.values()))
+    # per function, so the rlhooks V1 trainer reports rewards/errors/<name> as on the legacy path
+    out.update({f"{ERROR_PREFIX}{name}": flag for name, flag in failed.items()})
     return {"score": total, **out}
 
 

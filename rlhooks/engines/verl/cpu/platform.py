@@ -116,7 +116,10 @@ def _platform_class():
             return False
 
         def ray_resource_name(self) -> str:
-            return "CPU"
+            # verl's resource pools count GPU/NPU only (RayResourcePool, _check_resource_available) and Ray
+            # rejects "CPU" as a custom resource: the V1 learner's Ray cluster declares a logical GPU per
+            # worker rank (``ray_learner.ray_init_kwargs``), which this names
+            return "GPU"
 
         def ray_noset_envvars(self) -> list[str]:
             return []
@@ -130,6 +133,27 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _engine_class():
+    """verl's FSDP language-model engine, building forward-only (reference) models without pinned memory.
+
+    verl gives a forward-only FSDP2 engine ``CPUOffloadPolicy(pin_memory=True)``; pinning needs an
+    accelerator. On the host CPU the offload is a no-op either way, so the model is built with the same
+    policy unpinned; everything else is verl's ``_build_fsdp_module``."""
+    from verl.workers.engine.fsdp import transformer_impl
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+
+    class CPUFSDPEngineWithLMHead(FSDPEngineWithLMHead):
+        def _build_fsdp_module(self, module):
+            pinned = transformer_impl.CPUOffloadPolicy
+            transformer_impl.CPUOffloadPolicy = lambda pin_memory=True, **kw: pinned(pin_memory=False, **kw)
+            try:
+                return super()._build_fsdp_module(module)
+            finally:
+                transformer_impl.CPUOffloadPolicy = pinned
+
+    return CPUFSDPEngineWithLMHead
+
+
 def install() -> None:
     """Make verl see this machine as the ``cpu`` platform (idempotent): the platform registered and made
     current (verl's ``set_platform``), and verl's FSDP language-model engine registered for device ``cpu``."""
@@ -137,15 +161,14 @@ def install() -> None:
 
     if getattr(platform_manager, "_current_platform", None).__class__.__name__ == "PlatformCPU":
         return
-    from verl.workers.engine.base import EngineRegistry
-    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
-
     cls = _platform_class()
     platform_manager.PlatformRegistry.register(platform="cpu")(cls)
     platform_manager.set_platform(cls())
-    # verl's registry asserts on a second registration of a key; the engine class is verl's own
+    from verl.workers.engine.base import EngineRegistry  # its package asks verl for the platform on import
+
+    # verl's registry asserts on a second registration of a key
     if "cpu" not in EngineRegistry._engines.get("language_model", {}).get("fsdp", {}):
-        EngineRegistry.register(model_type="language_model", backend=["fsdp", "fsdp2"], device="cpu")(FSDPEngineWithLMHead)
+        EngineRegistry.register(model_type="language_model", backend=["fsdp", "fsdp2"], device="cpu")(_engine_class())
 
 
 @contextlib.contextmanager

@@ -1,5 +1,8 @@
-"""``rlhooks train`` on CPU: verl's legacy TaskRunner.run, in this process, with CPULearnerTrainer.
+"""``rlhooks train`` on CPU, on the trainer verl's config selects (``trainer.use_v1``, verl's default true).
 
+V1 (``cpu.ray_learner``): verl's own ``run_ppo`` with ``TaskRunnerV1`` on a local Ray.
+
+Legacy (``trainer.use_v1=false``): verl's legacy TaskRunner.run, in this process, with CPULearnerTrainer.
 verl's TaskRunner (a Ray actor) builds the tokenizer from the model config, the datasets and the
 sampler, then the trainer, its workers, and calls fit(). This does the same steps with verl's own
 functions (``HFModelConfig``, ``create_rl_dataset``, ``create_rl_sampler``, ``validate_config``);
@@ -33,7 +36,12 @@ def verl_overrides(policy_dir: str | Path, train_file: str | Path, val_file: str
         "actor_rollout_ref.rollout.response_length=24", "actor_rollout_ref.rollout.temperature=1.0",
         "reward.custom_reward_function.path=pkg://rlhooks.plugins.rewards.verl_adapter",
         "reward.custom_reward_function.name=compute_score",
-        "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "trainer.use_v1=false",
+        "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.nnodes=1",
+        # V1 (the legacy learner ignores these): the CPU rollout server, one model copy, and one process
+        # each where verl defaults to 8 (agent-loop workers, reward workers, TransferQueue storage units)
+        "actor_rollout_ref.rollout.name=cpu", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.agent.num_workers=1", "reward.num_workers=1",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     ]
 
 
@@ -67,7 +75,14 @@ def check_local_files(cfg: Any) -> None:
 
 
 def build_trainer(cfg: Any, *, rlhooks_plugins: Iterable[tuple[str, Any]] = ()):
-    """The CPU learner for a composed verl config (with its ``rlhooks:`` block), workers initialized."""
+    """The legacy CPU learner (``trainer.use_v1=false``) for a composed verl config (with its ``rlhooks:``
+    block), workers initialized."""
+    from rlhooks.engines.verl.cpu import ray_learner
+
+    if ray_learner.uses_v1(cfg):
+        raise ValueError("build_trainer builds the CPU learner on verl's legacy trainer, and this config selects "
+                         "V1 (trainer.use_v1 is true, verl's default): set trainer.use_v1=false, or train with "
+                         "runner.run, which runs the trainer the config selects")
     check_local_files(cfg)
     platform.install()  # before anything asks verl for its platform
     from verl.trainer.ppo.utils import Role, create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy
@@ -99,8 +114,17 @@ def build_trainer(cfg: Any, *, rlhooks_plugins: Iterable[tuple[str, Any]] = ()):
     return trainer
 
 
-def run(cfg: Any) -> None:
-    build_trainer(cfg).fit()
+def run(cfg: Any, task_runner_class: Any = None) -> None:
+    """Train on the trainer the config selects: V1 through verl's ``run_ppo`` with ``task_runner_class``
+    (verl's ``TaskRunnerV1`` by default), legacy in this process."""
+    from rlhooks.engines.verl.cpu import ray_learner
+
+    check_local_files(cfg)
+    use_portable_attention(cfg)
+    if ray_learner.uses_v1(cfg):
+        ray_learner.run(cfg, task_runner_class)
+    else:
+        build_trainer(cfg).fit()
 
 
 def prepare(directory: str | Path) -> tuple[Path, Path]:

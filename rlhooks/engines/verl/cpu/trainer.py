@@ -13,7 +13,7 @@ from typing import Any
 
 from rlhooks.engines.verl.cpu import platform
 from rlhooks.engines.verl.cpu.rollout import ColocatedWeights, CPURolloutManager
-from rlhooks.engines.verl.trainer import RLHooksRayPPOTrainer
+from rlhooks.engines.verl.legacy.trainer import RLHooksRayPPOTrainer
 
 
 class LocalWorkerGroup:

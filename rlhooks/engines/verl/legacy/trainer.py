@@ -45,6 +45,7 @@ from rlhooks.core.errors import ConfigError, ConfigIssue
 from rlhooks.core.manager import RunManager
 from rlhooks.engines.verl import adapter, compat
 from rlhooks.engines.verl.config import rlhooks_config
+from rlhooks.engines.verl.state import STATE_FILE, read_state, resumed_folder, write_state
 from verl import DataProto
 from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
 from verl.trainer.ppo.metric_utils import (
@@ -62,15 +63,14 @@ from verl.trainer.ppo.ray_trainer import (
 )
 from verl.trainer.ppo.reward import extract_reward
 from verl.trainer.ppo.utils import Role, create_rl_dataset
-from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path, should_save_ckpt_esi
+from verl.utils.checkpoint.checkpoint_manager import should_save_ckpt_esi
 from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
 from verl.utils.skip.skip_manager import SkipManager
 
 log = structlog.get_logger("rlhooks.verl")
 
-#: file next to verl's data.pt holding every stateful rlhooks component (sampler included)
-STATE_FILE = "rlhooks.pt"
+__all__ = ["STATE_FILE", "RLHooksRayPPOTrainer", "RayPPOTrainerWithSampling", "VerlRollout"]
 
 
 class DataExhausted(Exception):
@@ -507,21 +507,17 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         self._saved_folder = folder
 
     def _write_rlhooks_state(self, folder: str) -> None:
-        path = os.path.join(folder, STATE_FILE)
-        tmp = path + ".tmp"
-        torch.save({"components": self.rl.state_dict(), "epoch": self._epoch}, tmp)
-        os.replace(tmp, path)
+        write_state(folder, self.rl.state_dict(), epoch=self._epoch)
 
     def _load_checkpoint(self):
         out = super()._load_checkpoint()
-        folder = self._resumed_folder()
+        folder = resumed_folder(self.config.trainer, self.global_steps)
         if folder is None:
             return out
-        path = os.path.join(folder, STATE_FILE)
-        if not os.path.exists(path):
+        state = read_state(folder)
+        if state is None:
             log.warning("checkpoint has no rlhooks state; samplers and other components start fresh", folder=folder)
             return out
-        state = torch.load(path, weights_only=False)
         # Also restores the sampler when verl skips data.pt at an epoch boundary: with dynamic
         # sampling, steps and dataloader batches are not aligned.
         self.rl.load_state_dict(state["components"])
@@ -529,17 +525,6 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         self._batches = None
         log.info("restored rlhooks state", folder=folder, components=list(state["components"]))
         return out
-
-    def _resumed_folder(self) -> str | None:
-        """The checkpoint folder verl's _load_checkpoint resumed from (same rules), or None."""
-        trainer = self.config.trainer
-        if trainer.resume_mode == "disable" or self.global_steps == 0:
-            return None
-        if trainer.resume_mode == "resume_path":
-            folder = trainer.resume_from_path
-        else:
-            folder = find_latest_ckpt_path(os.path.abspath(trainer.default_local_dir))
-        return os.path.abspath(folder) if folder else None
 
 
 #: the dynamic-sampling document's name for this trainer (``from verl.trainer.ppo import
@@ -549,7 +534,7 @@ RayPPOTrainerWithSampling = RLHooksRayPPOTrainer
 
 def _check_verl() -> None:
     """The verl code the shim relies on is a reviewed version's (fingerprints), else one clear error."""
-    compat.check_verl()
+    compat.check_verl(trainer="legacy")
 
 
 def _set_token_counts(batch: DataProto) -> None:

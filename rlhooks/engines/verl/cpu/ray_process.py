@@ -1,0 +1,52 @@
+"""Imported by verl in every Ray process of the CPU learner (``VERL_USE_EXTERNAL_MODULES``, which verl's
+``__init__`` imports): the ``cpu`` platform (``platform.install``; ``VERL_PLATFORM=cpu`` names it), the CPU
+rollout (``rollout_server.register``), and, in a verl worker-group process, its gloo process group.
+
+verl's workers call ``initialize_global_process_group_ray``, which asks torch for backend
+``cpu:gloo,<device>:<backend>`` = ``cpu:gloo,cpu:gloo`` on this platform, which torch refuses ("Duplicate
+device type cpu"); it initializes nothing when a group exists. So a worker-group process (verl's
+``RayWorkerGroup`` starts it with ``WG_BACKEND=ray``, ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR/PORT``)
+gets the same group here, over gloo, before verl's worker constructor runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _init_worker_group_process_group() -> None:
+    import torch.distributed as dist
+
+    env = os.environ
+    if env.get("WG_BACKEND") != "ray" or dist.is_initialized():
+        return
+    if not all(env.get(k) for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
+        return
+    dist.init_process_group("gloo", rank=int(env["RANK"]), world_size=int(env["WORLD_SIZE"]),
+                            init_method=env.get("DIST_INIT_METHOD"))
+
+
+def register_cpu_rollout() -> None:
+    """``rollout.name=cpu`` for verl, by name so that nothing is imported before verl asks for it (this runs
+    inside ``import verl``): the replica through ``RolloutReplicaRegistry.register`` (public), the worker-side
+    rollout in ``rollout.base._ROLLOUT_REGISTRY`` (verl 0.9.1 has no public registration for it;
+    fingerprinted in compat)."""
+    import importlib
+
+    from verl.workers.rollout import base
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    RolloutReplicaRegistry.register(
+        "cpu", lambda: importlib.import_module(f"{__package__}.rollout_server").CPURolloutReplica)
+    base._ROLLOUT_REGISTRY[("cpu", "async")] = f"{__package__}.rollout_server.CPURolloutAdapter"
+
+
+def setup() -> None:
+    from rlhooks.engines.verl.cpu import platform
+
+    platform.install()
+    register_cpu_rollout()
+    _init_worker_group_process_group()
+
+
+setup()

@@ -1,0 +1,272 @@
+"""A CPU rollout server for verl's V1 trainer: Hugging Face generation behind verl's rollout contract.
+
+verl 0.9.1's V1 trainer generates through rollout servers (vLLM, SGLang, TensorRT-LLM), all of which need a
+GPU. This module is the same three pieces for the host CPU, registered through verl's extension points
+(``tests/verl/test_cpu_v1_learner.py`` checks them against the vLLM pieces' source):
+
+``CPURolloutReplica``  a ``RolloutReplica`` (registered as ``cpu`` by ``ray_process.register_cpu_rollout``); its
+                       ``launch_servers()`` starts one ``CPURolloutServer`` actor per replica, named as
+                       verl names vLLM's (``cpu_server_<replica>_<node>``).
+``CPURolloutServer``   the server actor: ``generate()`` returns a ``TokenOutput`` (HF ``generate`` on a
+                       copy of the policy); the control methods verl's replica, checkpoint engine and
+                       LLM client call (sleep/wake_up, KV cache, abort/resume, profiling, global steps).
+``CPURolloutAdapter``  the worker-side ``BaseRollout`` (``rollout.name=cpu``), living in the actor
+                       worker's process as vLLM's ``ServerAdapter`` does: ``update_weights`` receives
+                       the actor's full tensors from verl's ``naive`` checkpoint engine and loads them
+                       into the server; ``resume``/``release`` wake and sleep it.
+
+Sampling is seeded per request from (rollout seed, weight version, prompt tokens, sampling params, the
+how-many-th such request this is), so a resumed run regenerates what the uninterrupted run generated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any, Optional
+
+import ray
+import torch
+from ray.actor import ActorHandle
+from torch.distributed.device_mesh import DeviceMesh
+from verl.workers.config import HFModelConfig, RolloutConfig
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.replica import RolloutMode, RolloutReplica, RolloutReplicaRegistry, TokenOutput
+
+#: ``actor_rollout_ref.rollout.name`` of the CPU rollout
+ROLLOUT_NAME = "cpu"
+SERVER_PREFIX = f"{ROLLOUT_NAME}_"
+
+
+def request_seed(*parts: Any) -> int:
+    """A 63-bit seed from the parts' JSON (stable across processes, unlike ``hash``)."""
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+class CPURolloutServer:
+    """One replica's generation server on the host CPU (what ``vLLMHttpServer`` is on GPUs).
+
+    Requests run one at a time (a Ray async actor runs one coroutine at a time, and ``generate`` does
+    not await during generation), so the torch RNG is seeded for exactly the request that uses it."""
+
+    def __init__(self, config: RolloutConfig, model_config: HFModelConfig, rollout_mode: RolloutMode,
+                 workers: list[ActorHandle], replica_rank: int, node_rank: int, gpus_per_node: int,
+                 nnodes: int, cuda_visible_devices: str):
+        from transformers import AutoModelForCausalLM
+        from verl.utils.config import omega_conf_to_dataclass
+
+        # as vLLM's server: the replica passes the rollout config as a dataclass, the model's as verl's DictConfig
+        self.config = omega_conf_to_dataclass(config)
+        self.model_config = model_config = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
+        self.rollout_mode, self.workers = rollout_mode, workers
+        self.replica_rank, self.node_rank, self.nnodes = replica_rank, node_rank, nnodes
+        self.global_steps: int | None = None
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_config.local_path, dtype=torch.float32, attn_implementation="sdpa")
+        self.model.eval()
+        self.eos_token_id = self.model.generation_config.eos_token_id
+        self.pad_token_id = self.model.config.pad_token_id
+        self.asleep = False
+        self._issued: Counter = Counter()  # requests per (weights, prompt, params): the seed's last part
+        self.weight_loads = 0
+
+    # -- generation ------------------------------------------------------------------------------
+    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str,
+                       image_data: Optional[list[Any]] = None, video_data: Optional[list[Any]] = None,
+                       audio_data: Optional[list[Any]] = None, mm_processor_kwargs: Optional[dict[str, Any]] = None,
+                       priority: int = 0, kv_transfer_params: Optional[dict] = None) -> TokenOutput:
+        if image_data or video_data or audio_data:
+            raise ValueError("the CPU rollout server generates text only: this request carries images, "
+                             "videos or audio (use a vLLM or SGLang rollout for multimodal models)")
+        prompt_ids = [int(t) for t in prompt_ids]
+        params = dict(sampling_params)
+        # vLLM's server defaults max_model_len to the model's max_position_embeddings
+        room = int(self.config.max_model_len or self.model.config.max_position_embeddings) - len(prompt_ids)
+        if room < 1:
+            raise ValueError(f"prompt of {len(prompt_ids)} tokens leaves no room to generate within "
+                             f"rollout.max_model_len={self.config.max_model_len}")
+        max_tokens = int(params.pop("max_tokens", params.pop("max_new_tokens", self.config.response_length)))
+        max_tokens = max(1, min(max_tokens, int(self.config.response_length), room))
+        temperature = float(params.get("temperature", 1.0) or 0.0)
+        top_k = int(params.get("top_k", -1) or -1)
+        top_p = float(params.get("top_p", 1.0) or 1.0)
+        key = json.dumps([self.global_steps, prompt_ids, sorted((k, str(v)) for k, v in sampling_params.items())])
+        occurrence = self._issued[key]
+        self._issued[key] += 1
+        generate_kwargs: dict[str, Any] = dict(
+            max_new_tokens=max_tokens, eos_token_id=self.eos_token_id, pad_token_id=self.pad_token_id,
+            output_scores=True, return_dict_in_generate=True,
+        )
+        if temperature > 0:
+            generate_kwargs.update(do_sample=True, temperature=temperature, top_p=top_p,
+                                   top_k=top_k if top_k > 0 else 0)
+        else:
+            generate_kwargs.update(do_sample=False)
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(request_seed(int(getattr(self.config, "seed", 0)), key, occurrence))
+            out = self.model.generate(input_ids=torch.tensor([prompt_ids]), **generate_kwargs)
+        token_ids = out.sequences[0, len(prompt_ids):].tolist()
+        log_probs = None
+        if params.get("logprobs"):
+            scores = torch.stack(out.scores, dim=1)[0].float().log_softmax(-1)  # (tokens, vocab), processed logits
+            log_probs = scores.gather(-1, torch.tensor(token_ids)[:, None])[:, 0].tolist()
+        finished = bool(token_ids) and token_ids[-1] in _as_list(self.eos_token_id)
+        return TokenOutput(token_ids=token_ids, log_probs=log_probs, stop_reason="completed" if finished else "length",
+                           num_preempted=0, extra_fields={"global_steps": self.global_steps})
+
+    # -- weights (from CPURolloutAdapter.update_weights) ------------------------------------------------
+    async def load_weights(self, state: dict[str, torch.Tensor], global_steps: int | None = None) -> int:
+        """The actor's full tensors (Hugging Face names) into the server's model; the count loaded."""
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        tied = {k for k in missing if k == "lm_head.weight" and self.model.config.tie_word_embeddings}
+        if unexpected or set(missing) - tied:
+            raise ValueError(f"the actor's weights do not fit the rollout model: missing {sorted(set(missing) - tied)}, "
+                             f"unexpected {sorted(unexpected)}")
+        if global_steps is not None:
+            self.global_steps = global_steps
+        self.weight_loads += 1
+        return len(state)
+
+    # -- control methods verl's replica, checkpoint engine and LLM client call -------------------------
+    # On the host CPU there is no device memory to free or restore and no KV cache kept between requests
+    # (HF generate builds one per call), so these record state and return.
+    async def wake_up(self, tags: list[str] | None = None):
+        self.asleep = False
+
+    async def sleep(self):
+        self.asleep = True
+
+    async def clear_kv_cache(self):
+        pass
+
+    async def release_kv_cache(self):
+        pass
+
+    async def resume_kv_cache(self):
+        pass
+
+    async def start_profile(self, **kwargs):
+        pass
+
+    async def stop_profile(self):
+        pass
+
+    async def set_global_steps(self, global_steps: int):
+        self.global_steps = global_steps
+
+    async def wait_for_requests_to_drain(self):
+        pass  # requests run to completion one at a time: none is in flight when this runs
+
+    async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False) -> dict[str, Any]:
+        return {"aborted_count": 0, "request_ids": []}  # nothing in flight (see wait_for_requests_to_drain)
+
+    async def resume_generation(self):
+        pass
+
+    async def abort_request(self, request_id: str, reset_prefix_cache: bool = True) -> dict[str, Any]:
+        return {"aborted": False, "request_id": request_id, "error": "Request not found on any server"}
+
+    def get_server_address(self):
+        """(node address, port): no HTTP endpoint, so port 0 (verl reaches the server through its handle)."""
+        return ray.util.get_node_ip_address(), 0
+
+    def stats(self) -> dict[str, Any]:
+        """What tests read back: weight loads and version, whether asleep."""
+        return {"weight_loads": self.weight_loads, "global_steps": self.global_steps, "asleep": self.asleep}
+
+
+def _as_list(value: Any) -> list[int]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+class CPURolloutReplica(RolloutReplica):
+    """``RolloutReplica`` for ``rollout.name=cpu``: one server actor per replica node, on that node."""
+
+    def __init__(self, replica_rank: int, config: RolloutConfig, model_config: HFModelConfig, gpus_per_node: int = 8,
+                 is_reward_model: bool = False, is_teacher_model: bool = False, name_suffix: str = ""):
+        super().__init__(replica_rank, config, model_config, gpus_per_node, is_reward_model, is_teacher_model,
+                         name_suffix)
+        self.server_class = ray.remote(CPURolloutServer)
+
+    async def launch_servers(self):
+        """Launch the server actor of each node (on the node of the workers it serves)."""
+        import asyncio
+
+        if len(self.workers) != self.world_size:
+            raise RuntimeError(f"{len(self.workers)} rollout workers for a replica of world size {self.world_size}")
+        node_ids = await asyncio.gather(*[
+            worker.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()) for worker in self.workers
+        ]) if self.workers else [ray.get_runtime_context().get_node_id()] * self.world_size
+        for node_rank in range(self.nnodes):
+            kind = "reward_" if self.is_reward_model else "teacher_" if self.is_teacher_model else ""
+            name = f"{SERVER_PREFIX}server_{kind}{self.replica_rank}_{node_rank}{self.name_suffix}"
+            server = self.server_class.options(
+                scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+                    node_id=node_ids[node_rank * self.gpus_per_replica_node], soft=False),
+                name=name, num_cpus=0, max_concurrency=self.max_concurrency,
+            ).remote(config=self.config, model_config=self.model_config, rollout_mode=self.rollout_mode,
+                     workers=self.workers[node_rank * self.gpus_per_replica_node:(node_rank + 1) * self.gpus_per_replica_node],
+                     replica_rank=self.replica_rank, node_rank=node_rank, gpus_per_node=self.gpus_per_replica_node,
+                     nnodes=self.nnodes, cuda_visible_devices="")  # no accelerator to make visible
+            self.servers.append(server)
+        address, _ = await self.servers[0].get_server_address.remote()
+        self._server_handle = self.servers[0]
+        # the address names the replica (verl's router keys servers by it); there is no HTTP endpoint
+        self._server_address = f"{address}:{SERVER_PREFIX}replica{self.replica_rank}{self.name_suffix}"
+
+    def rollout_worker_use_gpu(self) -> bool:
+        return False
+
+
+class CPURolloutAdapter(BaseRollout):
+    """The rollout inside verl's actor worker (``get_rollout_class("cpu")``): the client of this rank's
+    ``CPURolloutServer`` for weights and sleep/wake, as ``vllm_rollout.ServerAdapter`` is vLLM's."""
+
+    def __init__(self, config: RolloutConfig, model_config: HFModelConfig, device_mesh: DeviceMesh,
+                 replica_rank: int = -1):
+        super().__init__(config, model_config, device_mesh)
+        rank = int(os.environ.get("RANK", 0))
+        local_world_size = int(os.environ.get("RAY_LOCAL_WORLD_SIZE", 1))
+        world = (self.config.tensor_model_parallel_size * self.config.data_parallel_size
+                 * self.config.pipeline_model_parallel_size)
+        self.replica_rank = rank // world if replica_rank == -1 else replica_rank
+        self.rollout_rank = rank % world
+        self.node_rank = self.rollout_rank // local_world_size
+        self._has_server = self.rollout_rank % local_world_size == 0  # one rank per node talks to its server
+        self.server_handle: ActorHandle | None = None
+
+    def _server(self) -> ActorHandle | None:
+        if not self._has_server:
+            return None
+        if self.server_handle is None:  # servers start after the workers (launch_servers), so look up late
+            self.server_handle = ray.get_actor(f"{SERVER_PREFIX}server_{self.replica_rank}_{self.node_rank}")
+        return self.server_handle
+
+    async def resume(self, tags: list[str]):
+        if self.config.free_cache_engine and (server := self._server()) is not None:
+            await server.wake_up.remote(tags=tags)
+
+    async def release(self):
+        if self.config.free_cache_engine and (server := self._server()) is not None:
+            await server.sleep.remote()
+
+    @torch.no_grad()
+    async def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]], global_steps: int = None,
+                             wire_format: str = "named_tensors", **kwargs):
+        """The actor's full tensors (the ``naive`` checkpoint engine's generator) into the server."""
+        if wire_format != "named_tensors":
+            raise ValueError(f"the CPU rollout takes full tensors (wire_format='named_tensors'), not {wire_format!r}: "
+                             "use the naive checkpoint engine")
+        if kwargs.get("peft_config") is not None:
+            raise ValueError("the CPU rollout loads full weights; with LoRA set actor_rollout_ref.model.lora.merge=true")
+        state = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}
+        if (server := self._server()) is not None:
+            await server.load_weights.remote(state, global_steps)
+
+    def generate_sequences(self, prompts):
+        raise NotImplementedError("the CPU rollout generates through its server (CPURolloutReplica), as vLLM's does")
+

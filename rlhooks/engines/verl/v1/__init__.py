@@ -1,0 +1,25 @@
+"""rlhooks on verl's V1 trainer (``trainer.use_v1=true``, verl's default; verl/trainer/ppo/v1/).
+
+Through verl's own extension points, no copy of V1's ``fit()``/``step()``:
+
+* :mod:`.trainer`: ``RLHooksPPOTrainerSync``, verl's ``PPOTrainerSync`` registered with
+  ``register_trainer("rlhooks_sync")`` (``trainer.v1.trainer_mode``): the rlhooks sampler on verl's
+  dataloader, ``on_batch_sampled`` (and prompt filters) for the prompts fed to the agent loop,
+  ``on_step_end`` with verl's metrics merged before verl logs, ``rlhooks.pt`` with V1's checkpoints;
+* :mod:`.replay_buffer`: ``RLHooksReplayBuffer``, verl's ``ReplayBuffer`` as a custom sampler
+  (``trainer.v1.sampler.custom_sampler``): each scored group read from TransferQueue as an rlhooks
+  ``Batch``, ``on_rewards_computed``, the rlhooks filters deciding which groups verl evicts and refills;
+* :mod:`.runner`: verl's ``TaskRunnerV1``, importing the two so verl finds them in its process.
+
+This module itself imports nothing from verl: ``rlhooks train`` reads the names below before Ray starts.
+"""
+
+from __future__ import annotations
+
+#: the trainer mode rlhooks registers (verl's sync trainer with the rlhooks hooks)
+TRAINER_MODE = "rlhooks_sync"
+#: verl's trainer mode it extends
+BASE_TRAINER_MODE = "sync"
+#: trainer.v1.sampler.custom_sampler.{path,name} of the rlhooks replay buffer
+REPLAY_BUFFER_PATH = "pkg://rlhooks.engines.verl.v1.replay_buffer"
+REPLAY_BUFFER_NAME = "RLHooksReplayBuffer"

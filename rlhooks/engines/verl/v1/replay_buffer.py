@@ -1,0 +1,111 @@
+"""RLHooksReplayBuffer: verl's V1 sync ``ReplayBuffer`` whose evictions the rlhooks filters decide.
+
+verl loads it as a custom sampler (``trainer.v1.sampler.custom_sampler.path =
+pkg://rlhooks.engines.verl.v1.replay_buffer``, ``name = RLHooksReplayBuffer``) with the constructor
+arguments verl gives every custom sampler. Its ``sample()`` is verl's: poll TransferQueue, evict terminal
+groups, refill ``2k`` prompts for ``k`` evicted groups while fewer than ``train_batch_size`` groups are
+sampleable, drain what is in flight, discard the surplus. One member is overridden:
+``_dapo_filtered_keys``, where verl's built-in buffer applies ``algorithm.filter_groups``. Here each group
+that finished since the last poll is read from TransferQueue once, as an rlhooks ``Batch`` (rows of a
+group contiguous), and handed to the rlhooks trainer, which updates the learning state, fires
+``on_rewards_computed`` (scored groups, before any filter) and applies the rlhooks filters; the groups they
+drop are evicted and refilled exactly as verl evicts DAPO-filtered ones.
+
+The buffer needs the rlhooks trainer (``trainer.v1.trainer_mode=rlhooks_sync``), which attaches itself;
+validation batches (partition ``val``) pass through untouched, as in verl.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import transfer_queue as tq
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+from rlhooks.core.errors import RLHooksError
+from rlhooks.engines.verl.v1 import TRAINER_MODE
+from rlhooks.engines.verl.v1.batches import SCORED_FIELDS, group_order, scored_batch
+
+if TYPE_CHECKING:
+    from rlhooks.engines.verl.v1.trainer import RLHooksPPOTrainerSync
+
+#: what verl's sample() sees as "DAPO enabled" when rlhooks filters run (any non-None metric name)
+RLHOOKS_FILTERS = "rlhooks filters"
+
+
+class RLHooksReplayBuffer(ReplayBuffer):
+    """verl's sync replay buffer; the rlhooks filters decide which finished groups are evicted."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.trainer: RLHooksPPOTrainerSync | None = None
+
+    def attach(self, trainer: RLHooksPPOTrainerSync, *, filters: bool, train_batch_size: int, gen_batch_size: int,
+               max_inflight_gen_batches: int) -> None:
+        """Connect the rlhooks trainer. With rlhooks filters, verl's eviction-and-refill path is switched on
+        with the sizes verl's own buffer gets for ``algorithm.filter_groups`` (which verl passes only to its
+        built-in buffer)."""
+        self.trainer = trainer
+        if filters:
+            self.filter_groups_metric = RLHOOKS_FILTERS
+            self.train_batch_size = int(train_batch_size)
+            self.gen_batch_size = int(gen_batch_size)
+            self.max_inflight_gen_batches = int(max_inflight_gen_batches)
+            self._validate_mode_config()
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int):
+        if partition_id != "val" and self.trainer is None:
+            raise RLHooksError(
+                f"RLHooksReplayBuffer (trainer.v1.sampler.custom_sampler) runs the rlhooks filters for the rlhooks "
+                f"trainer, which was not started: set trainer.v1.trainer_mode={TRAINER_MODE} (rlhooks train does when "
+                f"it is unset), or remove trainer.v1.sampler.custom_sampler to use verl's own replay buffer"
+            )
+        return super().sample(global_steps=global_steps, partition_id=partition_id, batch_size=batch_size)
+
+    def _dapo_filtered_keys(self, partition_id: str) -> tuple[set[str], Counter]:
+        """Groups the rlhooks filters drop among those finished so far (each group judged once, when it
+        finishes), and ``{group mean reward: count}`` of them for verl's filtered-groups table."""
+        if partition_id == "val" or self.trainer is None:
+            return set(), Counter()
+        finished = self.finished_keys[partition_id]
+        judged = self._dapo_classification_cache[partition_id]
+        for uid in judged.keys() - finished:
+            del judged[uid]
+        new = finished - judged.keys()
+        if new:
+            judged.update(self.judge(partition_id, new))
+        dropped = {uid: reward for uid, reward in judged.items() if reward is not None}
+        return set(dropped), Counter(dropped.values())
+
+    def judge(self, partition_id: str, uids: set[str]) -> dict[str, float | None]:
+        """Newly finished groups through the rlhooks trainer: uid -> None (kept) or the group's mean reward
+        (dropped by a filter)."""
+        assert self.trainer is not None
+        keys = [key for key in self.partitions[partition_id] if key.split("_")[0] in uids]
+        out: dict[str, float | None] = {uid: None for uid in uids}
+        if not keys:
+            return out
+        keys = [keys[i] for i in group_order(keys)]
+        present = self._present_fields(partition_id, keys[0])
+        data = tq.kv_batch_get(keys=keys, partition_id=partition_id,
+                               select_fields=[f for f in SCORED_FIELDS if f in present])
+        batch = scored_batch(data, keys, self.trainer.tokenizer, self.trainer.adapter_functions)
+        keep = self.trainer.groups_scored(batch)
+        # V1 evicts whole groups: a group is dropped when a filter drops any of its rows (rlhooks filters
+        # keep or drop whole groups)
+        names, group = np.unique(np.asarray(batch["uid"]), return_inverse=True)
+        rows = np.bincount(group, minlength=len(names))
+        mean = np.bincount(group, weights=np.asarray(batch["reward"], dtype=np.float64), minlength=len(names)) / rows
+        dropped = np.bincount(group, weights=~keep, minlength=len(names)) > 0
+        out.update(zip(names[dropped].tolist(), mean[dropped].tolist()))
+        return out
+
+    def _present_fields(self, partition_id: str, key: str) -> set[str]:
+        """The fields TransferQueue holds for a trajectory (the dataset decides some, e.g. extra_info)."""
+        fields = getattr(self, "_fields_cache", None)
+        if fields is None:
+            probe = tq.kv_batch_get(keys=[key], partition_id=partition_id)
+            fields = self._fields_cache = set(probe.keys())
+        return fields

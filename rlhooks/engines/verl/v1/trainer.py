@@ -1,0 +1,300 @@
+"""RLHooksPPOTrainerSync: verl's V1 sync trainer (``PPOTrainerSync``) with the rlhooks hooks.
+
+Registered as trainer mode ``rlhooks_sync`` (``register_trainer``). verl's ``fit()`` and ``step()`` run
+unchanged; rlhooks joins at these points of a V1 step::
+
+    on_step_begin          the step's rlhooks metrics and prompt-stage counts start
+    prepare_step / refill  _submit_batch_to_rollout: prompt filters (skipped prompts never reach the agent
+                           loop, the sampler tops up) -> on_batch_sampled -> verl dispatches to the agent loop
+    replay_buffer.sample   RLHooksReplayBuffer: each finished (scored) group -> learning state ->
+                           on_rewards_computed -> filters; verl evicts the dropped groups and refills
+    verl                   old log-probs, ref, values, advantages, critic/actor update, checkpoint (+ rlhooks.pt)
+    _compute_metrics       verl's metrics, then on_step_end on the trained batch (read from TransferQueue)
+                           -> rlhooks backends and tables; the merged dict is what verl's logger logs
+
+The rlhooks sampler is the sampler of verl's own StatefulDataLoader (``_init_dataloader``), over the train
+dataset wrapped so each prompt carries its row (``rlhooks_row``); its state is in verl's ``data.pt`` and
+in ``rlhooks.pt``. Reward functions run in verl's reward-loop workers through the rlhooks adapter
+(``reward.custom_reward_function``); their per-function scores and error counts come back as reward extras.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import structlog
+import transfer_queue as tq
+from omegaconf import OmegaConf, open_dict
+from torchdata.stateful_dataloader import StatefulDataLoader
+from verl.trainer.ppo.utils import create_rl_sampler
+from verl.trainer.ppo.v1.replay_buffer import DAPO_FILTERED_REWARD_COUNTS_KEY
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils import tensordict_utils as tu
+from verl.utils.dataset.rl_dataset import collate_fn
+
+from rlhooks.core import batch as cols
+from rlhooks.core.batch import Batch
+from rlhooks.core.driver import StepDriver
+from rlhooks.core.errors import ConfigError, ConfigIssue
+from rlhooks.core.manager import RunManager, merge_metrics
+from rlhooks.engines.verl import adapter, compat
+from rlhooks.engines.verl.config import BLOCK, rlhooks_config
+from rlhooks.engines.verl.state import read_state, resumed_folder, write_state
+from rlhooks.engines.verl.v1 import REPLAY_BUFFER_NAME, REPLAY_BUFFER_PATH, TRAINER_MODE
+from rlhooks.engines.verl.v1.batches import SCORED_FIELDS, adapter_error_counts, prompt_batch, scored_batch
+from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer
+
+log = structlog.get_logger("rlhooks.verl")
+
+#: the rlhooks reward adapter, as reward.custom_reward_function.path may name it
+ADAPTER_MODULE = "rlhooks.plugins.rewards.verl_adapter"
+
+
+def adapter_functions(config: Any) -> tuple[str, ...]:
+    """The reward functions verl's reward loop runs through the rlhooks adapter (none when
+    ``reward.custom_reward_function`` is another function)."""
+    custom = OmegaConf.select(config, "reward.custom_reward_function", default=None) or {}
+    path = str(custom.get("path") or "")
+    if not (path.endswith("rewards/verl_adapter.py") or path.replace("/", ".").endswith(ADAPTER_MODULE)):
+        return ()
+    from rlhooks.plugins.rewards.verl_adapter import _names
+
+    kwargs = custom.get("reward_kwargs") or {}
+    functions = kwargs.get("functions") if hasattr(kwargs, "get") else None
+    if functions is not None and not isinstance(functions, str):
+        functions = list(functions)
+    return _names(functions)
+
+
+@register_trainer(TRAINER_MODE)
+class RLHooksPPOTrainerSync(PPOTrainerSync):
+    """verl's V1 sync trainer driven by rlhooks plugins (the ``rlhooks:`` block of verl's config).
+
+    ``rlhooks_plugins`` registers extra hook objects (``(name, object)`` pairs), e.g. for tests.
+    """
+
+    def __init__(self, config: Any, rlhooks_plugins: Iterable[tuple[str, Any]] = ()):
+        compat.check_verl(trainer="v1")
+        self._rlhooks_plugins = list(rlhooks_plugins)
+        self._step_metrics: dict[str, float] = {}
+        self._saved_folder: str | None = None
+        super().__init__(config)  # builds the replay buffer: verl's custom sampler
+        if not isinstance(self.replay_buffer, RLHooksReplayBuffer):
+            raise ConfigError([ConfigIssue(
+                "trainer.v1.sampler.custom_sampler",
+                f"is {type(self.replay_buffer).__name__}: the rlhooks trainer needs the rlhooks replay buffer, which "
+                f"runs the rlhooks filters and on_rewards_computed (path={REPLAY_BUFFER_PATH}, name={REPLAY_BUFFER_NAME}, "
+                f"or a subclass of it); leave the key unset and rlhooks train sets it",
+            )], "verl config")
+        self.adapter_functions = adapter_functions(config)
+
+    # -- set-up --------------------------------------------------------------------------------
+    def _init_dataloader(self):
+        """verl's datasets and dataloaders, then the train dataloader again over a row-indexed dataset with
+        the rlhooks sampler (verl 0.9.1's create_rl_sampler builds only random/sequential samplers)."""
+        super()._init_dataloader()
+        self.rl = RunManager(rlhooks_config(self.config, steps=max(int(self.total_training_steps), 1)),
+                             extra_plugins=self._rlhooks_plugins)
+        self.driver = StepDriver(self.rl)
+        if self.rl.rewards:
+            raise ConfigError([ConfigIssue(
+                f"{BLOCK}.rewards",
+                f"names reward functions ({', '.join(self.rl.rewards.names)}); on verl's V1 trainer they run in verl's "
+                f"reward-loop workers through the rlhooks adapter: set reward.custom_reward_function.path="
+                f"pkg://{ADAPTER_MODULE}, reward.custom_reward_function.name=compute_score and "
+                f"+reward.custom_reward_function.reward_kwargs.functions=[{','.join(self.rl.rewards.names)}], and keep "
+                f"only observers (source_metrics, reward_monitor) under rewards: (see docs/how-to/verl.md)",
+            )], "verl config")
+        filters = bool(self.rl.filters)
+        if filters and self.config.data.get("gen_batch_size", None) != 1:
+            # what verl's _init_dataloader does for algorithm.filter_groups: refills are counted in prompts
+            log.warning(f"data.gen_batch_size={self.config.data.get('gen_batch_size', None)} is overridden to 1: the "
+                        "rlhooks filters refill single prompts, as verl's V1 does for algorithm.filter_groups")
+            with open_dict(self.config):
+                self.config.data.gen_batch_size = 1
+        gen_batch_size = self.config.data.get("gen_batch_size", None) or self.config.data.train_batch_size
+        dataset = adapter.RowIndexedDataset(self.train_dataset)
+        needs = [f"the rlhooks sampler {c.name!r} ({c.path})" for c in [self.rl.config.sampler] if c is not None]
+        needs += [f"the prompt filter {c.name!r} ({c.path})" for c in self.rl.config.prompt_filters]
+        columns = adapter.dataset_columns(dataset, needed_by=" and ".join(needs)) if needs else None
+        if columns is not None:
+            self.rl.attach_data(columns)
+        sampler = None
+        if self.rl.config.sampler is not None:
+            sampler = self.rl.build_sampler(columns, batch_size=gen_batch_size)
+            if self.config.data.get("dataloader_num_workers", 0):
+                log.warning("data.dataloader_num_workers > 0: the dataloader prefetches, so the sampler draws a few "
+                            "prompts before it sees their rewards; set data.dataloader_num_workers=0 for a "
+                            "reward-driven sampler to react at once", num_workers=self.config.data.dataloader_num_workers)
+        self.train_dataset = dataset
+        self.train_dataloader = StatefulDataLoader(  # as verl's _init_dataloader builds it (fingerprinted)
+            dataset=dataset,
+            batch_size=gen_batch_size,
+            num_workers=self.config.data["dataloader_num_workers"],
+            drop_last=True,
+            collate_fn=collate_fn,
+            sampler=sampler if sampler is not None else create_rl_sampler(self.config.data, dataset),
+        )
+        self.train_dataloader_it = None
+        groups = self.config.algorithm.get("filter_groups", None) or {}
+        if filters and int(groups.get("max_num_gen_batches", 0) or 0) > 0:
+            log.warning("algorithm.filter_groups.max_num_gen_batches / run.max_num_gen_batches is ignored on verl's V1 "
+                        "trainer, as verl's own V1 replay buffer ignores it; "
+                        "algorithm.filter_groups.max_inflight_gen_batches bounds concurrent generation")
+        self.replay_buffer.attach(
+            self, filters=filters, train_batch_size=self.config.data.train_batch_size, gen_batch_size=gen_batch_size,
+            max_inflight_gen_batches=int(groups.get("max_inflight_gen_batches", 1) or 1),
+        )
+
+    def fit(self, agent_loop_manager):
+        with self.rl.running():
+            super().fit(agent_loop_manager)
+
+    # -- a step --------------------------------------------------------------------------------
+    def on_step_begin(self):
+        super().on_step_begin()
+        self._step_metrics = {}
+        self._step_counts = {"generated": 0.0, "kept": 0.0, "dispatches": 0.0}
+        self._filter_counts: dict[str, float] = {}
+        self.rl.prompt_stage.begin_step()
+
+    def _submit_batch_to_rollout(self, batch):
+        """The prompts verl is about to hand the agent loop: prompt filters (with top-ups from the sampler),
+        then on_batch_sampled, then verl's dispatch."""
+        step = self.global_steps
+        counts = getattr(self, "_step_counts", None)
+        if counts is not None:
+            counts["dispatches"] += 1
+        prompts = prompt_batch(batch).with_meta(step=step, generation=int(counts["dispatches"]) if counts else 1)
+        stage = self.rl.prompt_stage
+        if stage.active:
+            batch, prompts = stage.select(step, prompts.meta.get("generation", 1), _PromptSource(self), batch, prompts)
+            tu.assign_non_tensor_data(batch, "global_steps", step)
+        merge_metrics(self._step_metrics, self.rl.batch_sampled(step, prompts))
+        return super()._submit_batch_to_rollout(batch)
+
+    def groups_scored(self, batch: Batch) -> np.ndarray:
+        """Called by the replay buffer with newly finished groups (before any filter): the learning state,
+        on_rewards_computed, the filters; returns the rows' keep mask."""
+        step = self.global_steps
+        batch = batch.with_meta(step=step)
+        for k, v in self.rl.update_learning(step, batch).items():
+            self._step_metrics[k] = self._step_metrics.get(k, 0.0) + v
+        merge_metrics(self._step_metrics, self.rl.rewards_computed(step, batch))
+        for k, v in adapter_error_counts(batch, self.adapter_functions).items():
+            self._step_metrics[k] = self._step_metrics.get(k, 0.0) + v
+        keep, filter_metrics = self.rl.apply_filters(batch)
+        for k, v in filter_metrics.items():
+            self._filter_counts[k] = self._filter_counts.get(k, 0.0) + float(v)
+        uid = np.asarray(batch[cols.UID])
+        groups = len(np.unique(uid))
+        self._step_counts["generated"] += groups
+        self._step_counts["kept"] += groups - len(np.unique(uid[~keep]))  # a group is kept whole or not at all
+        return keep
+
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        """verl's metrics of the trained batch, then on_step_end with the trained batch and the rlhooks
+        metrics merged in: the dict verl's logger logs next is the merged one."""
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
+        table = metrics.pop(DAPO_FILTERED_REWARD_COUNTS_KEY, None)  # a dict; verl logs it as a table
+        trained = self._trained_batch(batch)
+        metrics.update(self._step_metrics)
+        metrics.update(self._filter_metrics(trained, metrics))
+        metrics.update(self.rl.prompt_stage.metrics())
+        merged = self.driver.finish_step(global_steps, trained, metrics)
+        metrics.clear()
+        metrics.update(merged)
+        if table is not None:
+            metrics[DAPO_FILTERED_REWARD_COUNTS_KEY] = table
+        if self._saved_folder is not None:  # checkpointed this step: the state after on_step_end
+            self._write_rlhooks_state(self._saved_folder)
+            self._saved_folder = None
+
+    def _filter_metrics(self, trained: Batch, metrics: dict[str, Any]) -> dict[str, float]:
+        """The legacy path's step metrics, from V1's replay buffer: generation dispatches, and with filters
+        the groups generated, kept, trained and discarded as surplus."""
+        counts = self._step_counts
+        out = {"train/num_gen_batches": counts["dispatches"]}
+        if not self.rl.filters:
+            return out
+        trained_groups = float(len(np.unique(np.asarray(trained[cols.UID])))) if len(trained) else 0.0
+        out.update(self._filter_counts)
+        out.update({
+            "filter/generated_groups": counts["generated"],
+            "filter/kept_groups": counts["kept"],
+            "filter/kept_ratio": counts["kept"] / counts["generated"] if counts["generated"] else 0.0,
+            "filter/discarded_surplus": float(metrics.get("training/filter_groups/discarded_surplus_samples", 0.0)),
+            "filter/trained_groups": trained_groups,
+        })
+        return out
+
+    def _trained_batch(self, batch) -> Batch:
+        """The trained (non-padding) trajectories read back from TransferQueue, with ``advantage`` and
+        ``final_reward``."""
+        keys = [k for k, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
+        if not keys:
+            return Batch({}, length=0)
+        probe = tq.kv_batch_get(keys=keys[:1], partition_id=batch.partition_id)
+        present = set(probe.keys())
+        extra = [f for f in ("advantages", "token_level_rewards") if f in present]
+        data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id,
+                               select_fields=[f for f in SCORED_FIELDS if f in present] + extra)
+        trained = scored_batch(data, keys, self.tokenizer, self.adapter_functions)
+        columns = {}
+        if "advantages" in extra:
+            adv = data.get("advantages")
+            lengths = adv.offsets().diff().clamp(min=1)
+            columns[cols.ADVANTAGE] = (adv.to_padded_tensor(0.0).float().sum(-1) / lengths).cpu().numpy().astype(np.float64)
+        rewards = data.get("token_level_rewards") if "token_level_rewards" in extra else data.get("rm_scores")
+        columns[cols.FINAL_REWARD] = rewards.to_padded_tensor(0.0).float().sum(-1).cpu().numpy().astype(np.float64)
+        return trained.with_columns(**columns)
+
+    # -- checkpoints: verl's, plus the state of every stateful rlhooks component ----------------
+    def _save_checkpoint(self):
+        super()._save_checkpoint()  # data.pt holds the dataloader state, the sampler's included
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        # verl saves before on_step_end; _compute_metrics rewrites the file once the step's hooks ran
+        self._write_rlhooks_state(folder)
+        self._saved_folder = folder
+
+    def _write_rlhooks_state(self, folder: str) -> None:
+        write_state(folder, self.rl.state_dict(), trainer=TRAINER_MODE)
+
+    def _load_checkpoint(self):
+        out = super()._load_checkpoint()
+        folder = resumed_folder(self.config.trainer, self.global_steps)
+        if folder is None:
+            return out
+        state = read_state(folder)
+        if state is None:
+            log.warning("checkpoint has no rlhooks state; samplers and other components start fresh", folder=folder)
+            return out
+        self.rl.load_state_dict(state["components"])
+        log.info("restored rlhooks state", folder=folder, components=list(state["components"]))
+        return out
+
+
+class _PromptSource:
+    """The prompt stage's view of the V1 trainer: more prompts from verl's dataloader, rows of a TensorDict."""
+
+    def __init__(self, trainer: RLHooksPPOTrainerSync):
+        self.trainer = trainer
+
+    def sample(self, step: int) -> tuple[Any, Batch]:
+        td = self.trainer._fetch_one_gen_batch()
+        return td, prompt_batch(td).with_meta(step=step)
+
+    def select_prompts(self, payload: Any, rows: np.ndarray) -> Any:
+        return tu.index_select_tensor_dict(payload, np.asarray(rows, dtype=np.int64).tolist())
+
+    select = select_prompts
+
+    def concat(self, payloads: list[Any]) -> Any:
+        return tu.concat_tensordict(payloads)
+
+
+__all__ = ["RLHooksPPOTrainerSync", "adapter_functions"]

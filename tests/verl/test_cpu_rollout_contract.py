@@ -1,0 +1,214 @@
+"""The CPU rollout (cpu/rollout_server.py) obeys the contract of verl's vLLM rollout, read from verl's source.
+
+vLLM is not installed here, so its modules cannot be imported: their source is parsed (``ast``) and each
+CPU piece is compared with the vLLM piece it stands for: the same methods, parameters (names, kinds,
+defaults), async-ness and return annotations; every method verl's callers invoke on a server
+(``server.<method>.remote`` in the replica base class, the LLM client, the checkpoint engine, the V1
+trainers) exists on the CPU server. Then the server is run in this process on the tiny policy:
+``generate`` returns a ``TokenOutput``, sampling is seeded per request, weights load from full tensors.
+In-process and Ray-free: about a second.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("verl.workers.rollout.replica", reason="needs verl[verl-core]")
+pytest.importorskip("transformers")
+
+import verl  # noqa: E402
+from verl.workers.rollout.base import BaseRollout, get_rollout_class  # noqa: E402
+from verl.workers.rollout.replica import RolloutMode, RolloutReplica, RolloutReplicaRegistry, TokenOutput  # noqa: E402
+
+from rlhooks.engines.verl.cpu import ray_process, runner  # noqa: E402
+from rlhooks.engines.verl.cpu.rollout_server import (  # noqa: E402
+    CPURolloutAdapter,
+    CPURolloutReplica,
+    CPURolloutServer,
+)
+from rlhooks.engines.verl.main import compose_verl_config  # noqa: E402
+
+pytestmark = pytest.mark.verl
+
+VERL = Path(verl.__file__).parent
+VLLM_SERVER = VERL / "workers" / "rollout" / "vllm_rollout" / "vllm_async_server.py"
+VLLM_ADAPTER = VERL / "workers" / "rollout" / "vllm_rollout" / "vllm_rollout.py"
+#: modules of verl that call methods on rollout servers (``server.<method>.remote(...)``)
+SERVER_CALLERS = [VERL / "workers" / "rollout" / "replica.py", VERL / "workers" / "rollout" / "llm_server.py",
+                  VERL / "checkpoint_engine" / "base.py", *sorted((VERL / "trainer" / "ppo" / "v1").glob("*.py"))]
+
+
+def _class_defs(path: Path) -> dict[str, ast.ClassDef]:
+    return {n.name: n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)}
+
+
+def _methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    return {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def _source_signature(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple:
+    """(async, [(name, kind, default source)], return annotation source) of a parsed method."""
+    a = func.args
+    positional = [*a.posonlyargs, *a.args]
+    defaults = [None] * (len(positional) - len(a.defaults)) + [ast.unparse(d) for d in a.defaults]
+    out = [(p.arg, "positional", d) for p, d in zip(positional, defaults)]
+    if a.vararg:
+        out.append((a.vararg.arg, "*", None))
+    out += [(p.arg, "keyword", None if d is None else ast.unparse(d)) for p, d in zip(a.kwonlyargs, a.kw_defaults)]
+    if a.kwarg:
+        out.append((a.kwarg.arg, "**", None))
+    return isinstance(func, ast.AsyncFunctionDef), out, func.returns and ast.unparse(func.returns)
+
+
+def _signature(cls: type, name: str) -> tuple:
+    """The same for a method of an importable class, parsed from its source."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(getattr(cls, name)))))
+    return _source_signature(next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))))
+
+
+def _called_on_servers() -> set[str]:
+    """Methods verl calls as ``<server>.<method>.remote(...)`` where ``<server>`` names a rollout server."""
+    called = set()
+    for path in SERVER_CALLERS:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr == "remote" and isinstance(node.value, ast.Attribute)):
+                owner = ast.unparse(node.value.value)
+                if owner in ("server", "self.servers[0]", "self._server_handle", "self.server_handle"):
+                    called.add(node.value.attr)
+    return called
+
+
+VLLM_SERVER_CLASSES = _class_defs(VLLM_SERVER)
+VLLM_SERVER_METHODS = _methods(VLLM_SERVER_CLASSES["vLLMHttpServer"])
+#: the server methods the CPU server implements with vLLM's signature: what verl's callers use, plus
+#: get_server_address (the replica's own call) and the constructor
+CONTRACT = sorted(_called_on_servers() | {"__init__", "get_server_address"})
+
+
+def test_verl_calls_the_methods_this_contract_lists():
+    # if verl stops calling these, the contract has moved: read the callers again
+    assert {"generate", "wake_up", "sleep", "abort_all_requests", "resume_generation", "clear_kv_cache",
+            "release_kv_cache", "resume_kv_cache"} <= set(CONTRACT)
+
+
+@pytest.mark.parametrize("method", CONTRACT)
+def test_the_cpu_server_has_vllms_server_signature(method):
+    assert method in VLLM_SERVER_METHODS, f"verl calls {method} on servers but vLLM's server lacks it"
+    is_async, parameters, returns = _source_signature(VLLM_SERVER_METHODS[method])
+    if method == "__init__":  # vLLM's PD-disaggregation arguments (disaggregation_*) come after the common ones
+        parameters = [p for p in parameters if not p[0].startswith("disaggregation_")]
+    assert _signature(CPURolloutServer, method) == (is_async, parameters, returns)
+
+
+def test_the_cpu_replica_is_a_vllm_like_replica():
+    replica = _class_defs(VLLM_SERVER)["vLLMReplica"]
+    assert _signature(CPURolloutReplica, "__init__") == _source_signature(_methods(replica)["__init__"])
+    assert _signature(CPURolloutReplica, "launch_servers") == _source_signature(_methods(replica)["launch_servers"])
+    assert issubclass(CPURolloutReplica, RolloutReplica) and not inspect.isabstract(CPURolloutReplica)
+    ray_process.register_cpu_rollout()
+    assert RolloutReplicaRegistry.get("cpu") is CPURolloutReplica
+
+
+@pytest.mark.parametrize("method", ["__init__", "resume", "release", "update_weights"])
+def test_the_worker_side_rollout_has_vllms_server_adapter_signature(method):
+    adapter = _methods(_class_defs(VLLM_ADAPTER)["ServerAdapter"])
+    assert _signature(CPURolloutAdapter, method) == _source_signature(adapter[method])
+
+
+def test_the_worker_side_rollout_is_what_verl_builds_for_rollout_name_cpu():
+    ray_process.register_cpu_rollout()
+    assert get_rollout_class("cpu", "async") is CPURolloutAdapter
+    assert issubclass(CPURolloutAdapter, BaseRollout) and not inspect.isabstract(CPURolloutAdapter)
+    # verl's naive weight sync calls exactly these on the worker's rollout (ActorRolloutRefWorker.update_weights)
+    from verl.workers.engine_workers import ActorRolloutRefWorker
+
+    source = inspect.getsource(ActorRolloutRefWorker.update_weights)
+    assert "self.rollout.resume(" in source and "self.rollout.update_weights(" in source
+
+
+# -- the server, run in this process on the tiny policy ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server_parts(tmp_path_factory):
+    from verl.utils.config import omega_conf_to_dataclass
+
+    policy_dir, data = runner.prepare(tmp_path_factory.mktemp("tiny"))
+    cfg = compose_verl_config(runner.verl_overrides(policy_dir, data))
+    rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+    model = omega_conf_to_dataclass(cfg.actor_rollout_ref.model)
+    return rollout, model
+
+
+def _server(parts) -> CPURolloutServer:
+    rollout, model = parts
+    return CPURolloutServer(rollout, model, RolloutMode.HYBRID, [], replica_rank=0, node_rank=0, gpus_per_node=1,
+                            nnodes=1, cuda_visible_devices="")
+
+
+def _tokens(server: CPURolloutServer, prompt, *, n: int, **params) -> list[TokenOutput]:
+    sampling = {"temperature": 2.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True,
+                "max_tokens": 8, **params}  # 8 of the 24 tokens, hot: the warm-started policy's samples differ early
+    return [asyncio.run(server.generate(prompt, dict(sampling), request_id=f"r{i}")) for i in range(n)]
+
+
+def test_generation_is_token_output_seeded_per_request(server_parts):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(server_parts[1].local_path)
+    prompt = list(tokenizer.apply_chat_template([{"role": "user", "content": "What is 3 + 5?"}],
+                                                add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"])
+    first, again = _server(server_parts), _server(server_parts)
+    outputs = _tokens(first, prompt, n=3)
+    assert all(isinstance(o, TokenOutput) for o in outputs)
+    assert all(0 < len(o.token_ids) <= 8 for o in outputs)
+    assert all(len(o.log_probs) == len(o.token_ids) and max(o.log_probs) <= 0 for o in outputs)
+    assert all(o.stop_reason in ("completed", "length") for o in outputs)
+    # the samples of one prompt differ (each request its own seed), and a fresh server (a resumed run)
+    # draws the same ones: the seed is (rollout seed, weights version, prompt, params, occurrence)
+    assert len({tuple(o.token_ids) for o in outputs}) > 1
+    assert [o.token_ids for o in _tokens(again, prompt, n=3)] == [o.token_ids for o in outputs]
+    # another weights version draws other samples
+    asyncio.run(again.set_global_steps(7))
+    assert [o.token_ids for o in _tokens(again, prompt, n=3)] != [o.token_ids for o in outputs]
+    assert outputs[0].extra_fields["global_steps"] is None
+    greedy = _tokens(_server(server_parts), prompt, n=2, temperature=0)
+    assert greedy[0].token_ids == greedy[1].token_ids
+
+
+def test_weights_load_from_the_actors_full_tensors(server_parts):
+    server = _server(server_parts)
+    state = {k: torch.zeros_like(v) for k, v in server.model.state_dict().items()}
+    assert asyncio.run(server.load_weights(state, global_steps=3)) == len(state)
+    assert all(torch.equal(v, torch.zeros_like(v)) for v in server.model.state_dict().values())
+    assert server.stats() == {"weight_loads": 1, "global_steps": 3, "asleep": False}
+    with pytest.raises(ValueError, match="do not fit the rollout model"):
+        asyncio.run(server.load_weights({"not.a.weight": torch.zeros(1)}))
+    with pytest.raises(ValueError, match="text only"):
+        asyncio.run(server.generate([1, 2], {}, "r", image_data=[object()]))
+
+
+def test_the_private_verl_members_the_v1_cpu_learner_relies_on_are_as_read():
+    """What the V1 CPU learner relies on beyond verl's public extension points, as read in verl 0.9.1: if
+    verl changes one of these (or fixes the block it gets past), this fails and the code should follow."""
+    from verl.utils import distributed
+    from verl.workers.engine.fsdp import transformer_impl
+    from verl.workers.rollout import base
+
+    # the worker-side rollout registry: a private dict that get_rollout_class reads (no public register)
+    assert isinstance(base._ROLLOUT_REGISTRY, dict) and ("vllm", "async") in base._ROLLOUT_REGISTRY
+    assert "_ROLLOUT_REGISTRY[(rollout_name, mode)]" in inspect.getsource(base.get_rollout_class)
+    # workers ask for "cpu:gloo,<device>:<backend>" (refused by torch on a cpu device), unless a group exists
+    source = inspect.getsource(distributed.initialize_global_process_group_ray)
+    assert 'f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"' in source
+    assert "if not torch.distributed.is_initialized():" in source
+    # the forward-only FSDP2 engine pins memory through the module-global CPUOffloadPolicy
+    source = inspect.getsource(transformer_impl.FSDPEngine._build_fsdp_module)
+    assert "CPUOffloadPolicy(pin_memory=True)" in source and hasattr(transformer_impl, "CPUOffloadPolicy")

@@ -1,0 +1,172 @@
+"""The CPU learner on verl's V1 trainer (verl's default), every part of it verl's own code.
+
+One Ray start for the session (conftest ``cpu_v1_ray``, hermetic: its own token and temporary directory)
+carries two runs of verl's ``run_ppo`` with ``TaskRunnerV1``: 3 steps straight (GRPO, a reference policy
+for the KL loss, a checkpoint at step 2, validation at step 3), then a run resumed from a copy of the
+step-2 checkpoint. Metrics are read back from verl's own file logger. The cheap checks (which trainer
+the config selects, the config errors) run in the default suite; the runs cost minutes on 2 cores
+(``slow``; see the report in docs/how-to/cpu-learner.md for the measured figure).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("verl.trainer.ppo.v1", reason="needs verl[verl-core]")
+pytest.importorskip("transformers")
+
+from omegaconf import open_dict  # noqa: E402
+
+from rlhooks.core.errors import ConfigError  # noqa: E402
+from rlhooks.engines.verl.cpu import ray_learner, runner  # noqa: E402
+from rlhooks.engines.verl.main import compose_verl_config  # noqa: E402
+
+pytestmark = pytest.mark.verl
+
+STEPS = 3
+
+
+def v1_config(assets, out: Path, *extra: str):
+    policy_dir, data = assets
+    return compose_verl_config([
+        *runner.verl_overrides(policy_dir, data, micro_batch=16),
+        "data.train_batch_size=4", "data.seed=3", "data.val_max_samples=8",
+        "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=true",
+        "trainer.logger=[console,file]", "trainer.val_before_train=false", f"trainer.test_freq={STEPS}",
+        f"trainer.total_training_steps={STEPS}", "trainer.total_epochs=100", "trainer.save_freq=2",
+        f"trainer.default_local_dir={out / 'ckpt'}", "trainer.experiment_name=cpu-v1-test", *extra,
+    ])
+
+
+# -- cheap: which trainer, which errors (default suite) -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def composed(tmp_path_factory):
+    """One composed config for the cheap tests (Hydra composes in seconds on a busy machine); copied per test."""
+    out = tmp_path_factory.mktemp("composed")
+    return v1_config((out / "policy", out / "train.parquet"), out)
+
+
+def _with(cfg, **keys):
+    from omegaconf import OmegaConf
+
+    copy = OmegaConf.create(OmegaConf.to_container(cfg))
+    for key, value in keys.items():
+        OmegaConf.update(copy, key.replace("__", "."), value, force_add=True)
+    return copy
+
+
+def test_the_cpu_learner_runs_the_trainer_verls_config_selects(composed, tmp_path):
+    assert not any("use_v1" in o for o in runner.verl_overrides(tmp_path, tmp_path))  # nothing sets it behind the user's back
+    assert ray_learner.uses_v1(composed)  # verl's default: V1
+    assert not ray_learner.uses_v1(_with(composed, trainer__use_v1=False))
+    with pytest.raises(ValueError, match="set trainer.use_v1=false"):  # the legacy builder refuses a V1 config
+        runner.build_trainer(composed)
+
+
+def test_v1_on_the_cpu_needs_the_cpu_rollout(composed):
+    cfg = _with(composed, actor_rollout_ref__rollout__name="vllm",
+                actor_rollout_ref__rollout__tensor_model_parallel_size=2)
+    with pytest.raises(ConfigError) as err:
+        ray_learner.configure(cfg)
+    text = str(err.value)
+    assert "actor_rollout_ref.rollout.name" in text and "set it to 'cpu'" in text
+    assert "tensor_model_parallel_size" in text
+
+
+def test_every_ray_process_gets_the_cpu_platform_and_a_logical_gpu(composed):
+    cfg = _with(composed, ray_kwargs__ray_init__runtime_env__env_vars__VERL_USE_EXTERNAL_MODULES="my_plugin")
+    kwargs = ray_learner.ray_init_kwargs(cfg)
+    env = kwargs["runtime_env"]["env_vars"]
+    assert env["VERL_USE_EXTERNAL_MODULES"] == f"my_plugin,{ray_learner.RAY_PROCESS_MODULE}"  # the user's kept
+    assert env["VERL_PLATFORM"] == "cpu" and env["TRANSFER_QUEUE_ENABLE"] == "1"
+    assert env["TOKENIZERS_PARALLELISM"] == "true"  # verl's own runtime env is the base
+    assert kwargs["num_gpus"] == 1 and kwargs["num_cpus"] == ray_learner.RAY_LOGICAL_CPUS
+    with open_dict(cfg):
+        cfg.ray_kwargs.ray_init.num_cpus = 3
+    assert ray_learner.ray_init_kwargs(cfg)["num_cpus"] == 3  # a value the config sets wins
+
+
+# -- the runs (one Ray start, slow) --------------------------------------------------------------
+
+
+def _release_the_runs_resources(placement_groups_before: set[str], timeout: float = 120) -> None:
+    """What ending the ``rlhooks train`` process would release, for the next run on the shared Ray: the
+    actors the run's TaskRunner owned (they end with it; the CPU rollout server's name must be free) and
+    the placement groups verl made for it (they belong to the job, i.e. this test process)."""
+    import time
+
+    import ray
+    from ray.util import placement_group_table, remove_placement_group
+    from ray.util.placement_group import PlacementGroup
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor("cpu_server_0_0")
+        except ValueError:
+            break
+        time.sleep(0.5)
+    else:
+        raise TimeoutError("the run's rollout server outlived its TaskRunner")
+    for pg_id, info in placement_group_table().items():
+        if pg_id not in placement_groups_before and info["state"] != "REMOVED":
+            remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
+
+
+def _run(cfg, log: Path) -> dict[int, dict]:
+    """``rlhooks train``'s CPU learner (verl's run_ppo with its TaskRunnerV1), the file logger writing to ``log``;
+    the logged metrics by step."""
+    from ray.util import placement_group_table
+    from verl.trainer.main_ppo import TaskRunnerV1
+
+    before = set(placement_group_table())
+    try:
+        runner.run(cfg, TaskRunnerV1.options(runtime_env={"env_vars": {"VERL_FILE_LOGGER_PATH": str(log)}}))
+    finally:
+        _release_the_runs_resources(before)
+    steps = {}
+    for line in log.read_text().splitlines():
+        record = json.loads(line)
+        steps[record["step"]] = record["data"]
+    return steps
+
+
+@pytest.fixture(scope="module")
+def v1_runs(cpu_v1_ray, tmp_path_factory):
+    out = tmp_path_factory.mktemp("v1")
+    assets = runner.prepare(out / "tiny")
+    full = _run(v1_config(assets, out / "full"), out / "full.jsonl")
+    shutil.copytree(out / "full" / "ckpt" / "global_step_2", out / "resumed" / "ckpt" / "global_step_2")
+    (out / "resumed" / "ckpt" / "latest_checkpointed_iteration.txt").write_text("2")
+    resumed = _run(v1_config(assets, out / "resumed"), out / "resumed.jsonl")
+    return full, resumed, out
+
+
+@pytest.mark.slow
+def test_v1_sync_trains_validates_checkpoints_and_resumes_exactly(v1_runs):
+    full, resumed, out = v1_runs
+    assert sorted(full) == [1, 2, 3]
+    for step in (1, 2, 3):  # verl's actor update ran on real log-probs of a real policy
+        m = full[step]
+        assert np.isfinite(m["actor/pg_loss"]) and m["actor/grad_norm"] > 0
+        assert "actor/kl_loss" in m and m["actor/entropy"] > 0
+        assert m["response_length/mean"] > 0
+    assert full[1]["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)  # step 1: actor == reference
+    assert full[3]["actor/kl_loss"] > 0  # the actor moved away from the reference
+    accuracy = {k: v for k, v in full[3].items() if k.startswith("val-core/") and "/mean@" in k}
+    assert accuracy and all(0.0 <= v <= 3.0 for v in accuracy.values())  # validation scored at step 3
+    assert (out / "full" / "ckpt" / "global_step_2" / "actor").is_dir()
+    assert (out / "full" / "ckpt" / "global_step_3").is_dir()
+    # the resumed run starts after step 2 and repeats step 3: same generations (per-request seeds),
+    # same data order (the dataloader's state), same update
+    assert sorted(resumed) == [3]
+    for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/kl_loss", *accuracy):
+        assert resumed[3][key] == pytest.approx(full[3][key], rel=1e-4, abs=1e-6), key
