@@ -10,10 +10,11 @@ weights. Engines say so with three integer columns (policy versions count actor 
 ``trained_version``  the weights the training step that consumes the row starts from
 ``policy_lag``       ``trained_version - policy_version`` (>= 0; 0 = on-policy)
 
-verl's V1 writes the same facts as trajectory tags (``min_global_steps`` / ``max_global_steps``)
-and logs ``training/off_policy/trajectory_staleness`` = ``(global_steps - 1) - max_global_steps``:
-that is ``policy_lag`` with ``policy_version = max_global_steps`` (the newest weights that wrote
-part of the response; a partial rollout spans several versions).
+verl's V1 writes the same facts as trajectory tags (``min_global_steps`` / ``max_global_steps``; a
+partial rollout spans several versions). rlhooks's V1 batches take ``policy_version =
+min_global_steps``, the oldest weights that wrote part of the response, so ``policy_lag`` is verl's
+``training/off_policy/trajectory_staleness_worst`` = ``(global_steps - 1) - min_global_steps``: the
+conservative lag, as AReaL counts staleness from the version that began a rollout.
 
 Eviction mirrors verl's replay buffer (``ReplayBufferAsync._stale_terminal_keys``,
 ``max_off_policy_strategy: drop``): a group spanning more than ``max_off_policy_threshold``

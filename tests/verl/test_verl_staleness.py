@@ -2,8 +2,9 @@
 
 verl's asynchronous replay buffer (``ReplayBufferAsync``) records the step that dispatched each prompt
 and drops a finished group when it spans more than ``max_off_policy_threshold`` policy versions; its
-trainer logs ``trajectory_staleness = (global_steps - 1) - max_global_steps``. rlhooks writes the same
-facts as ``policy_lag = trained_version - policy_version`` and evicts with ``stale_rows``.
+trainer logs ``trajectory_staleness_worst = (global_steps - 1) - min_global_steps``. rlhooks writes the
+same facts as ``policy_lag = trained_version - policy_version`` (``policy_version = min_global_steps``)
+and evicts with ``stale_rows``.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ def test_rlhooks_evicts_exactly_the_groups_verls_async_replay_buffer_drops() -> 
     assert waiting._stale_terminal_keys(9, "train") == set()
 
 
-def test_policy_lag_is_verls_trajectory_staleness() -> None:
-    # read from verl's source: the metric rlhooks's policy_lag restates (policy_version = max_global_steps)
+def test_policy_lag_is_verls_worst_case_trajectory_staleness() -> None:
+    # read from verl's source: the metric rlhooks's policy_lag restates (policy_version = min_global_steps)
     source = inspect.getsource(PPOTrainer._compute_metrics)
-    assert "trajectory_staleness = (global_steps - 1) - max_global_steps" in source
-    assert '"training/off_policy/trajectory_staleness/mean"' in source
+    assert "trajectory_staleness_worst = (global_steps - 1) - min_global_steps" in source
+    assert '"training/off_policy/trajectory_staleness_worst/mean"' in source
