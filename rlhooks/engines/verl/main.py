@@ -154,13 +154,17 @@ def select_v1_parts(cfg: Any, verl_args: Sequence[str]) -> dict[str, Any]:
     chosen = _chosen_keys(verl_args)
     mode = cfg.trainer.v1.trainer_mode
     set_here: dict[str, Any] = {}
-    if mode != v1.TRAINER_MODE:
+    if mode in v1.ASYNC_TRAINER_MODES:  # verl's asynchronous mode, with the rlhooks hooks (v1/async_trainers.py)
+        mode = cfg.trainer.v1.trainer_mode = set_here["trainer.v1.trainer_mode"] = v1.ASYNC_TRAINER_MODES[mode]
+    asynchronous = mode in v1.ASYNC_TRAINER_MODES.values()
+    if mode != v1.TRAINER_MODE and not asynchronous:
         if "trainer.v1.trainer_mode" in chosen or mode != v1.BASE_TRAINER_MODE:
             raise ConfigError([ConfigIssue(
                 "trainer.v1.trainer_mode",
                 f"is {mode!r}: rlhooks train runs the rlhooks hooks on verl's V1 trainer as trainer mode "
                 f"{v1.TRAINER_MODE!r} (verl's 'sync' trainer with the hooks); {mode!r} would train without them"
-                + ("" if mode == v1.BASE_TRAINER_MODE else " (verl's asynchronous modes are not supported by rlhooks yet)")
+                + ("" if mode == v1.BASE_TRAINER_MODE else
+                   f" (rlhooks extends verl's {', '.join(v1.ASYNC_TRAINER_MODES)} too; separate_async not yet)")
                 + f". Set trainer.v1.trainer_mode={v1.TRAINER_MODE} (or leave it unset), or trainer.use_v1=false "
                 f"for verl's legacy trainer",
             )], "verl config")
@@ -169,9 +173,10 @@ def select_v1_parts(cfg: Any, verl_args: Sequence[str]) -> dict[str, Any]:
     if not (custom.get("path") or custom.get("name")):
         from omegaconf import OmegaConf
 
-        OmegaConf.update(cfg, "trainer.v1.sampler.custom_sampler",
-                         {"path": v1.REPLAY_BUFFER_PATH, "name": v1.REPLAY_BUFFER_NAME}, force_add=True)
-        set_here["trainer.v1.sampler.custom_sampler"] = {"path": v1.REPLAY_BUFFER_PATH, "name": v1.REPLAY_BUFFER_NAME}
+        buffer = ({"path": v1.ASYNC_REPLAY_BUFFER_PATH, "name": v1.ASYNC_REPLAY_BUFFER_NAME} if asynchronous
+                  else {"path": v1.REPLAY_BUFFER_PATH, "name": v1.REPLAY_BUFFER_NAME})
+        OmegaConf.update(cfg, "trainer.v1.sampler.custom_sampler", buffer, force_add=True)
+        set_here["trainer.v1.sampler.custom_sampler"] = buffer
     if set_here:
         log.warning(
             "rlhooks runs on verl's V1 trainer through verl's own extension points and sets these verl keys, "
@@ -221,7 +226,10 @@ def run(cfg: Any) -> None:
         from rlhooks.engines.verl.cpu import runner
 
         validate_verl_config(cfg)
-        runner.run(cfg)
+        task_runner = None
+        if trainer_in_use(cfg) == "v1":  # the rlhooks trainer modes are registered in the TaskRunner's process
+            from rlhooks.engines.verl.v1.runner import RLHooksTaskRunnerV1 as task_runner
+        runner.run(cfg, task_runner)
         return
     from verl.trainer.main_ppo import run_ppo
 
