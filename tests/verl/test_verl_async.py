@@ -66,14 +66,17 @@ def _cfg(mode: str):
     return OmegaConf.create({"trainer": {"v1": {"trainer_mode": mode, "sampler": {}}}})
 
 
-def test_colocate_async_selects_the_rlhooks_async_trainer_and_buffer() -> None:
-    cfg = _cfg("colocate_async")
-    set_here = select_v1_parts(cfg, ["trainer.v1.trainer_mode=colocate_async"])
+def test_the_rlhooks_colocate_async_mode_selects_the_async_replay_buffer() -> None:
+    cfg = _cfg("rlhooks_colocate_async")
+    set_here = select_v1_parts(cfg, ["trainer.v1.trainer_mode=rlhooks_colocate_async"])
     assert cfg.trainer.v1.trainer_mode == "rlhooks_colocate_async"
     assert dict(cfg.trainer.v1.sampler.custom_sampler) == {"path": v1.ASYNC_REPLAY_BUFFER_PATH,
                                                            "name": v1.ASYNC_REPLAY_BUFFER_NAME}
-    assert set(set_here) == {"trainer.v1.trainer_mode", "trainer.v1.sampler.custom_sampler"}
-    with pytest.raises(ConfigError, match="separate_async not yet"):
+    assert set(set_here) == {"trainer.v1.sampler.custom_sampler"}
+    # verl's own mode, chosen: the error names the rlhooks one (as for 'sync'); separate_async: not yet
+    with pytest.raises(ConfigError, match="Set trainer.v1.trainer_mode=rlhooks_colocate_async"):
+        select_v1_parts(_cfg("colocate_async"), ["trainer.v1.trainer_mode=colocate_async"])
+    with pytest.raises(ConfigError, match="not supported by rlhooks yet"):
         select_v1_parts(_cfg("separate_async"), ["trainer.v1.trainer_mode=separate_async"])
 
 
