@@ -43,11 +43,11 @@ def _config(tmp_path: Path) -> Path:
     return path
 
 
-def test_colocate_async_trains_with_the_rlhooks_hooks_and_reports_staleness_as_verl_measures_it(cpu_v1_ray, tmp_path):
+def _run(tmp_path: Path, threshold: int) -> dict[int, dict]:
     from ray.util import placement_group_table
 
     cfg = main.build_config(str(_config(tmp_path)), [
-        "trainer.v1.trainer_mode=rlhooks_colocate_async", "trainer.v1.sampler.max_off_policy_threshold=2",
+        "trainer.v1.trainer_mode=rlhooks_colocate_async", f"trainer.v1.sampler.max_off_policy_threshold={threshold}",
         f"+reward.custom_reward_function.reward_kwargs.functions={FUNCTIONS}"])
     before = set(placement_group_table())
     try:
@@ -64,10 +64,24 @@ def test_colocate_async_trains_with_the_rlhooks_hooks_and_reports_staleness_as_v
         assert m["actor/grad_norm"] >= 0 and "actor/pg_loss" in m  # verl's update ran
         # staleness: rlhooks's lag of the trained batch is verl's worst-case trajectory staleness
         assert m["staleness/lag_mean"] == pytest.approx(m["training/off_policy/trajectory_staleness_worst/mean"])
-        assert m["staleness/lag_max"] == m["training/off_policy/trajectory_staleness_worst/max"] <= 1  # threshold 2
+        assert m["staleness/lag_max"] == m["training/off_policy/trajectory_staleness_worst/max"] <= threshold - 1
         # the DAPO filter judged the groups verl did not evict as stale; every generated group is counted once
         judged = m["filter/kept_groups"] + m["filter/dropped_constant"] + m["filter/dropped_band"] + m["filter/dropped_nonfinite"]
         assert m["filter/generated_groups"] == judged
         assert m["filter/stale_evicted_groups"] == m["staleness/evicted_groups"] == m.get("training/off_policy/evicted_samples", 0)
         assert m["filter/trained_groups"] == 8 and any(k.startswith("source/") and k.endswith("/count") for k in m)
+    return steps
+
+
+def test_colocate_async_trains_with_the_rlhooks_hooks_and_reports_staleness_as_verl_measures_it(cpu_v1_ray, tmp_path):
+    steps = _run(tmp_path, threshold=2)
     assert any(m["staleness/lag_max"] == 1 for m in steps.values())  # generation overlapped training
+
+
+def test_colocate_async_evicts_stale_groups_before_the_rlhooks_filters(cpu_v1_ray, tmp_path):
+    steps = _run(tmp_path, threshold=1)  # only on-policy groups train: every group generated earlier is evicted
+    evicted = sum(m["staleness/evicted_groups"] for m in steps.values())
+    assert evicted > 0
+    per_source = sum(v for m in steps.values() for k, v in m.items()
+                     if k.startswith("source/") and k.endswith("/stale_evicted_groups"))
+    assert per_source == evicted
