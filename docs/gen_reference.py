@@ -230,7 +230,8 @@ METRIC_FAMILIES: dict[str, str] = {
     "sampler": "samplers: weights, reward EMAs and their own signals per source ([samplers](../how-to/samplers.md))",
     "selective_rollout": "`selective_rollout`: its probabilities and what it skipped ([selective rollout](../how-to/selective-rollout.md))",
     "sim": "the simulated learner's ground truth: accuracy, skill, trajectories ([the simulated learner](../explanation/simulator.md))",
-    "source": "`source_metrics`: per-source composition, reward and accuracy ([per-source metrics](../how-to/rewards.md))",
+    "source": "`source_metrics`: per-source composition, reward and accuracy ([per-source metrics](../how-to/rewards.md)); asynchronous engines add each source's lag and stale evictions ([staleness](../how-to/async.md))",
+    "staleness": "asynchronous engines: lag of the trained trajectories behind the trained policy, groups evicted as too stale ([staleness](../how-to/async.md))",
     "task": "the engine's task accuracy (the verifier's `acc`), which the reward-hacking check compares reward with",
     "timing": "wall-clock seconds (the only metrics that differ between a run and its resumed copy)",
     "train": "the step: generation batches used",
@@ -245,6 +246,8 @@ _METRIC_RUN_SAMPLERS = (
     {"name": "learnability", "level": "source"},
     {"name": "dump_ucb"},
 )
+#: one of the runs simulates asynchronous training, so the staleness metrics are listed too
+_ASYNC_RUN = {"sampler": "dump_ucb", "simulate": {"async_lag": 1, "max_off_policy_threshold": 1}}
 
 
 def emitted_metrics(out_dir: Path, steps: int = 2) -> tuple[set[str], set[str], set[str]]:
@@ -261,7 +264,8 @@ def emitted_metrics(out_dir: Path, steps: int = 2) -> tuple[set[str], set[str], 
         config = load_sim_config({
             "run": {"name": sampler["name"], "steps": steps, "train_batch_size": 6, "gen_batch_size": 8, "n": 4,
                     "max_num_gen_batches": 4, "on_gen_limit": "continue", "out_dir": str(out_dir)},
-            "simulate": {"rows_per_source": 40},
+            "simulate": {"rows_per_source": 40,
+                         **(_ASYNC_RUN["simulate"] if sampler["name"] == _ASYNC_RUN["sampler"] else {})},
             "sampler": sampler,
             "prompt_filters": ["selective_rollout"],
             "filters": ["dapo"],

@@ -20,6 +20,7 @@ from rlhooks.core.batch import (
     DATA_SOURCE,
     FINAL_REWARD,
     INDEX,
+    POLICY_LAG,
     POLICY_VERSION,
     PROMPT,
     PROMPT_LENGTH,
@@ -29,6 +30,7 @@ from rlhooks.core.batch import (
     REWARD_FN_PREFIX,
     SAMPLE_ID,
     TARGET,
+    TRAINED_VERSION,
     UID,
     Batch,
     BatchError,
@@ -73,6 +75,7 @@ __all__ = [
     "Batch", "BatchError", "GroupIndex", "RowLazy", "factorize", "factorize_runs", "run_starts",
     "UID", "INDEX", "DATA_SOURCE", "COMPLEXITY", "REWARD", "FINAL_REWARD", "ADVANTAGE", "PROMPT",
     "RESPONSE", "TARGET", "PROMPT_LENGTH", "RESPONSE_LENGTH", "REWARD_FN_PREFIX", "SAMPLE_ID", "POLICY_VERSION",
+    "TRAINED_VERSION", "POLICY_LAG",
     # per-source metric keys (source/<name>/<metric>; names may contain '/')
     "source_key", "split_source_key",
     # component bases and what hooks receive

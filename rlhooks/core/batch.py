@@ -32,6 +32,8 @@ FINAL_REWARD = "final_reward"  # sum of token-level rewards, i.e. after a KL pen
 ADVANTAGE = "advantage"  # sequence-level advantage (float)
 SAMPLE_ID = "sample_id"  # one trajectory, stable for the run (survives filtering, reordering, concat)
 POLICY_VERSION = "policy_version"  # the step whose weights generated the response (int64; 0 = initial weights)
+TRAINED_VERSION = "trained_version"  # the policy version the step that trains on the row starts from (int64)
+POLICY_LAG = "policy_lag"  # trained_version - policy_version (int64 >= 0): updates the response is behind; 0 = on-policy
 PROMPT = "prompt"
 RESPONSE = "response"
 TARGET = "target"  # ground truth

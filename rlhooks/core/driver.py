@@ -7,7 +7,8 @@ One step, stage by stage (``[engine]`` marks the only engine operations)::
                  top-ups from the sampler, adaptive size (engine: select_prompts)
               -> on_batch_sampled (the prompts that will be generated) -> [engine: generate]
               -> score with the configured reward functions
-              -> [engine: place_rewards] -> learning-state update -> on_rewards_computed -> filters
+              -> [engine: place_rewards] -> learning-state update -> on_rewards_computed
+              -> [engine, async only: evict_stale] -> filters (on the groups not evicted)
               -> accumulate until train_batch_size groups (or max_num_gen_batches) -> trim
     [engine: advantage + update]
     finish_step: on_step_end -> log_metrics -> log_table / log_histogram
@@ -31,6 +32,7 @@ from rlhooks.core.batch import RESPONSE, REWARD, REWARD_FN_PREFIX, TARGET, Batch
 from rlhooks.core.errors import GenerationLimitError, RLHooksError
 from rlhooks.core.manager import RunManager, merge_metrics
 from rlhooks.core.pregen import adaptive_size
+from rlhooks.core.staleness import add_metrics, eviction_metrics, lag_metrics
 
 log = structlog.get_logger("rlhooks.driver")
 
@@ -70,6 +72,11 @@ class Rollout(Protocol[P]):
     def concat(self, payloads: list[P]) -> P:
         """Engine objects of several generation batches, rows in order."""
 
+    # Optional, for asynchronous engines (see core/staleness.py), looked up with getattr:
+    #   evict_stale(step, batch) -> bool row mask | None
+    # the rows of the groups the engine's replay buffer evicts as too stale (verl's
+    # max_off_policy_threshold); they skip the filters and never train.
+
 
 @attrs.define
 class _Part(Generic[P]):
@@ -93,11 +100,20 @@ class GroupAccumulator(Generic[P]):
         self.num_gen_batches = 0
         self.generated_groups = 0
         self.kept_groups = 0
+        #: groups evicted as too stale before the filters (None: the engine evicts nothing)
+        self.stale_evicted_groups: int | None = None
         self.filter_metrics: dict[str, float] = {}
 
-    def add(self, payload: P, batch: Batch, keep: np.ndarray, filter_metrics: Mapping[str, float] = ()) -> None:
+    def add(self, payload: P, batch: Batch, keep: np.ndarray, filter_metrics: Mapping[str, float] = (),
+            evicted: np.ndarray | None = None) -> None:
+        """A generation batch: ``keep`` = rows the filters kept; ``evicted`` = rows of groups evicted as
+        stale (not kept, and not counted as filtered)."""
         self.num_gen_batches += 1
         groups = batch.groups
+        if evicted is not None:
+            n_evicted = int(np.count_nonzero(groups.any(evicted))) if len(batch) else 0
+            self.stale_evicted_groups = (self.stale_evicted_groups or 0) + n_evicted
+            keep = keep & ~np.asarray(evicted, dtype=bool)
         kept_rows = np.flatnonzero(keep)
         kept_codes = groups.codes[kept_rows]
         n_kept = int(np.count_nonzero(groups.any(keep))) if len(batch) else 0
@@ -141,15 +157,19 @@ class GroupAccumulator(Generic[P]):
             used += len(take_groups)
             payloads.append(rollout.select(part.payload, rows))
             batches.append(part.batch.select(rows))
+        judged = self.generated_groups - (self.stale_evicted_groups or 0)
         metrics: dict[str, float] = {
             "train/num_gen_batches": self.num_gen_batches,
             "filter/kept_groups": self.kept_groups,
             "filter/generated_groups": self.generated_groups,
-            "filter/kept_ratio": self.kept_groups / self.generated_groups if self.generated_groups else 0.0,
+            # of the groups the filters judged: a group evicted as stale was never the filters' to keep
+            "filter/kept_ratio": self.kept_groups / judged if judged else 0.0,
             "filter/discarded_surplus": self.kept_groups - used,
             "filter/limit_reached": float(not self.ready),
             "filter/trained_groups": used,
         }
+        if self.stale_evicted_groups is not None:  # generated = stale-evicted + seen by the filters
+            metrics["filter/stale_evicted_groups"] = self.stale_evicted_groups
         metrics.update(self.filter_metrics)
         if not batches:
             return None, Batch(meta={"trained_groups": 0}), metrics
@@ -195,6 +215,7 @@ class StepDriver:
         stage = m.prompt_stage
         stage.begin_step()
         learning_metrics: dict[str, float] = {}
+        staleness: dict[str, float] = {}
         while True:
             number = acc.num_gen_batches + 1
             progress = None
@@ -206,8 +227,15 @@ class StepDriver:
             for k, v in m.update_learning(step, trajectories).items():  # scored, before any filter
                 learning_metrics[k] = learning_metrics.get(k, 0.0) + v
             merge_metrics(metrics, m.rewards_computed(step, trajectories))
-            keep, filter_metrics = m.apply_filters(trajectories)
-            acc.add(gen.payload, trajectories, keep, filter_metrics)
+            evicted = self.evicted(step, rollout, trajectories)
+            if evicted is None:
+                keep, filter_metrics = m.apply_filters(trajectories)
+            else:  # the filters judge only the groups the engine did not evict as stale
+                add_metrics(staleness, eviction_metrics(trajectories, evicted))
+                kept_fresh, filter_metrics = m.apply_filters(trajectories.select(~evicted))
+                keep = np.zeros(len(trajectories), dtype=bool)
+                keep[~evicted] = kept_fresh
+            acc.add(gen.payload, trajectories, keep, filter_metrics, evicted)
             if acc.ready:
                 if self.gen_limit_streak:
                     log.info(f"steps fill their batch again after {self.gen_limit_streak} step(s) at max_num_gen_batches", step=step)
@@ -225,15 +253,40 @@ class StepDriver:
                 self.gen_limit_streak += 1
                 break
         payload, batch, acc_metrics = acc.finish(rollout)
-        if not m.filters:  # without filters only the generation count means something
-            acc_metrics = {"train/num_gen_batches": acc_metrics["train/num_gen_batches"]}
+        if not m.filters:  # without filters only the generation count (and evictions) mean something
+            acc_metrics = {k: v for k, v in acc_metrics.items() if k in ("train/num_gen_batches", "filter/stale_evicted_groups")}
         metrics.update(acc_metrics)
+        metrics.update(staleness)
+        metrics.update(lag_metrics(batch))
         metrics.update(reward_errors)
         if learning_metrics:
             learning_metrics["learning/rows_seen"] = float(m.learning.rows_seen)
             metrics.update(learning_metrics)
         metrics.update(stage.metrics())
         return Collected(payload, batch.with_meta(step=step), metrics)
+
+    @staticmethod
+    def evicted(step: int, rollout: Rollout[P], trajectories: Batch) -> np.ndarray | None:
+        """The engine's stale-group eviction (``evict_stale``), checked: a bool row mask of whole groups."""
+        evict = getattr(rollout, "evict_stale", None)
+        if not callable(evict):
+            return None
+        mask = evict(step, trajectories)
+        if mask is None:
+            return None
+        mask = np.asarray(mask)
+        if mask.dtype != bool or mask.shape != (len(trajectories),):
+            raise RLHooksError(
+                f"the engine's evict_stale() ({type(rollout).__name__}) must return a bool row mask of shape "
+                f"({len(trajectories)},) or None, got {mask.dtype} {mask.shape}"
+            )
+        if len(trajectories):
+            g = trajectories.groups
+            part = g.sum(mask)
+            if np.any((part > 0) & (part < g.sizes)):
+                raise RLHooksError(f"the engine's evict_stale() ({type(rollout).__name__}) evicted part of a group; "
+                                   "a group is evicted whole")
+        return mask
 
     # -- the stages of one generation batch -------------------------------------------------
     def generation(

@@ -237,7 +237,7 @@ class RunManager:
             run = self.config.run
             self.learning = LearningState(
                 len(data), metric=run.learning_metric, pass_threshold=run.learning_pass_threshold,
-                ema_alpha=run.learning_ema_alpha, source_codes=data.source_codes, source_names=data.source_names,
+                ema_alpha=run.learning_ema_alpha, lag_discount=run.learning_lag_discount, source_codes=data.source_codes, source_names=data.source_names,
             )
             self.context.learning = self.learning
         return self.learning

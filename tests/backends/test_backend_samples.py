@@ -235,3 +235,16 @@ def test_generated_rows_get_sample_id_policy_version_and_their_trained_advantage
     s.on_rewards_computed(5, first)
     s.on_step_end(5, trained)
     assert all(set(r) == {"step", "selection", "rank", "sample_id", "reward"} for r in run.tables[0][2])
+
+
+def test_rows_of_an_asynchronous_engine_carry_their_policy_lag() -> None:
+    s = TopBottomKSamples(TopBottomKSamples.Options(k=1))
+    run = _Recorder()
+    s.on_run_start(run)
+    batch = Batch({"uid": np.array([0, 0, 1, 1]), "sample_id": np.arange(4), "reward": np.array([1.0, 0.0, 3.0, 2.0]),
+                   "policy_version": np.array([4, 4, 2, 2]), "policy_lag": np.array([0, 0, 2, 2])})
+    s.on_rewards_computed(5, batch)
+    s.on_step_end(5, batch.with_columns(advantage=np.zeros(4)))
+    rows = run.tables[0][2]
+    assert list(rows[0])[3:7] == ["sample_id", "policy_version", "policy_lag", "uid"]
+    assert {r["sample_id"]: r["policy_lag"] for r in rows} == {2: 2, 1: 0}  # top 3.0 (lag 2), bottom 0.0 (lag 0)

@@ -83,6 +83,9 @@ class RunOptions:
     learning_pass_threshold: float = 0.5
     #: weight of the newest group in the learning state's pass-rate EMA
     learning_ema_alpha: float = attrs.field(default=0.3, validator=_unit_interval)
+    #: per update of policy lag, the factor on a stale group's EMA weight (asynchronous training:
+    #: weight = learning_ema_alpha * learning_lag_discount ** lag; 1 = ignore lag, 0 = stale groups do not move it)
+    learning_lag_discount: float = attrs.field(default=0.5, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
     #: pre-generation stage: sampler batches drawn at most per generation batch to fill it with
     #: prompts the prompt filters keep (the rest is filled with skipped prompts)
     max_prompt_draws: int = attrs.field(default=8, validator=_positive)

@@ -30,6 +30,8 @@ The model (a tool for comparing set-ups, not a claim about real models):
 
 from __future__ import annotations
 
+import copy
+
 from collections.abc import Mapping
 from typing import Any
 
@@ -165,6 +167,12 @@ class SimLearner:
         logit = np.log(self.exploit / (1.0 - self.exploit))
         logit += self.options.exploit_learning_rate * push / rows
         self.exploit = np.clip(sigmoid(logit), 1e-4, 1.0 - 1e-4)
+
+    def with_state(self, state: Mapping[str, Any]) -> SimLearner:
+        """A copy of this learner holding the weights of ``state`` (an earlier ``state_dict()``)."""
+        other = copy.copy(self)
+        other.load_state_dict(state)
+        return other
 
     def state_dict(self) -> dict[str, Any]:
         return {"skill": self.skill.tolist(), "malformed": self.malformed.tolist(), "sources": list(self.source_names),

@@ -245,6 +245,7 @@ def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str,
         "generated_trajectories": generated,
         "trained_trajectories": trained,
         "filter_efficiency": trained / generated if generated else None,
+        "staleness": _staleness(engine),
         "alerts": alerts,
         "alert_details": engine.alert_details(),
         "reward_hacking": _hacking_verdict(run_dir),
@@ -256,6 +257,18 @@ def build_summary(engine: SimEngine, elapsed: float, run_dir: Path) -> dict[str,
         "files": sorted(p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir()
                         if p.name not in BOOKKEEPING and not p.name.startswith(".")),
     }
+
+
+def _staleness(engine: SimEngine) -> dict[str, Any] | None:
+    """The run's simulated asynchrony (simulate.async_lag > 0): lag over trained trajectories, stale evictions."""
+    o = engine.options
+    if not o.async_lag:
+        return None
+    st = engine.staleness
+    trained = engine.trained_trajectories
+    return {"async_lag": o.async_lag, "max_off_policy_threshold": o.max_off_policy_threshold,
+            "mean_lag": st["lag_sum"] / trained if trained else None, "max_lag": st["lag_max"],
+            "evicted_groups": st["evicted_groups"]}
 
 
 def _hacking_verdict(run_dir: Path) -> str | None:
@@ -292,6 +305,13 @@ def format_summary(s: dict[str, Any]) -> str:
     if s.get("generated_to_target") is not None:
         line += f"; {s['generated_to_target']:,} generated until the mean accuracy reached {target:.2f} (step {s['steps_to_target']})"
     lines.append(line)
+    st = s.get("staleness")
+    if st:
+        mean = "-" if st["mean_lag"] is None else f"{st['mean_lag']:.2f}"
+        evict = ("no eviction" if st["max_off_policy_threshold"] is None else
+                 f"{st['evicted_groups']:,} groups evicted as too stale (max_off_policy_threshold {st['max_off_policy_threshold']})")
+        lines.append(f"  staleness (async_lag {st['async_lag']}): trained trajectories lag {mean} updates on average "
+                     f"(max {st['max_lag']}); {evict}")
     if "kept_ratio" in {k.split("/", 1)[1] for k in s["filter"]}:
         lines.append(f"  last step: filter kept {s['filter']['filter/kept_ratio']:.0%} of generated groups")
     alerts = s["alert_details"]

@@ -119,6 +119,12 @@ V1_RELIED_ON: tuple[str, ...] = (
     _BUFFER + "_evict_terminal_groups",
     _BUFFER + "_sync_metadata_from_transfer_queue",
     "verl.trainer.ppo.v1.agent_loop_tq:AgentLoopWorkerTQ._agent_loop_postprocess",  # the fields put into TQ
+    # colocate_async (v1/async_trainers.py): verl's async lifecycle taken whole, its async buffer subclassed
+    "verl.trainer.ppo.v1.trainer_colocate_async:PPOTrainerColocateAsync",
+    "verl.trainer.ppo.v1.replay_buffer:ReplayBufferAsync._terminal_eviction_reasons",  # overridden: stale first
+    "verl.trainer.ppo.v1.replay_buffer:ReplayBufferAsync._stale_terminal_keys",
+    "verl.trainer.ppo.v1.replay_buffer:ReplayBufferAsync.wait_for_sampleable",
+    "verl.trainer.ppo.v1.replay_buffer:ReplayBufferAsync.sample",
 )
 
 #: every member fingerprinted (what --record writes)

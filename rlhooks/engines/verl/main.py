@@ -156,24 +156,30 @@ def select_v1_parts(cfg: Any, verl_args: Sequence[str]) -> dict[str, Any]:
     chosen = _chosen_keys(verl_args)
     mode = cfg.trainer.v1.trainer_mode
     set_here: dict[str, Any] = {}
-    if mode != v1.TRAINER_MODE:
+    asynchronous = mode in v1.ASYNC_TRAINER_MODES.values()  # verl's async mode with the hooks (v1/async_trainers.py)
+    if mode != v1.TRAINER_MODE and not asynchronous:
         if "trainer.v1.trainer_mode" in chosen or mode != v1.BASE_TRAINER_MODE:
+            ours = v1.ASYNC_TRAINER_MODES.get(mode, v1.TRAINER_MODE)
+            base = mode if mode in v1.ASYNC_TRAINER_MODES else v1.BASE_TRAINER_MODE
             raise ConfigError([ConfigIssue(
                 "trainer.v1.trainer_mode",
                 f"is {mode!r}: rlhooks train runs the rlhooks hooks on verl's V1 trainer as trainer mode "
-                f"{v1.TRAINER_MODE!r} (verl's 'sync' trainer with the hooks); {mode!r} would train without them"
-                + ("" if mode == v1.BASE_TRAINER_MODE else " (verl's asynchronous modes are not supported by rlhooks yet)")
-                + f". Set trainer.v1.trainer_mode={v1.TRAINER_MODE} (or leave it unset), or trainer.use_v1=false "
-                f"for verl's legacy trainer",
+                f"{ours!r} (verl's {base!r} trainer with the hooks); {mode!r} would train without them"
+                + ("" if mode in (v1.BASE_TRAINER_MODE, *v1.ASYNC_TRAINER_MODES) else
+                   f" (rlhooks extends verl's sync and {', '.join(v1.ASYNC_TRAINER_MODES)} trainers; "
+                   f"its other asynchronous modes are not supported by rlhooks yet)")
+                + f". Set trainer.v1.trainer_mode={ours} (or leave it unset for {v1.TRAINER_MODE}), or "
+                f"trainer.use_v1=false for verl's legacy trainer",
             )], "verl config")
         cfg.trainer.v1.trainer_mode = set_here["trainer.v1.trainer_mode"] = v1.TRAINER_MODE
     custom = cfg.trainer.v1.sampler.get("custom_sampler") or {}
     if not (custom.get("path") or custom.get("name")):
         from omegaconf import OmegaConf
 
-        OmegaConf.update(cfg, "trainer.v1.sampler.custom_sampler",
-                         {"path": v1.REPLAY_BUFFER_PATH, "name": v1.REPLAY_BUFFER_NAME}, force_add=True)
-        set_here["trainer.v1.sampler.custom_sampler"] = {"path": v1.REPLAY_BUFFER_PATH, "name": v1.REPLAY_BUFFER_NAME}
+        buffer = ({"path": v1.ASYNC_REPLAY_BUFFER_PATH, "name": v1.ASYNC_REPLAY_BUFFER_NAME} if asynchronous
+                  else {"path": v1.REPLAY_BUFFER_PATH, "name": v1.REPLAY_BUFFER_NAME})
+        OmegaConf.update(cfg, "trainer.v1.sampler.custom_sampler", buffer, force_add=True)
+        set_here["trainer.v1.sampler.custom_sampler"] = buffer
     if set_here:
         log.warning(
             "rlhooks runs on verl's V1 trainer through verl's own extension points and sets these verl keys, "

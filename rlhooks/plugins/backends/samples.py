@@ -18,7 +18,8 @@ chosen first, bottom rows from the rest).
 Each emitted row starts with ``step``, ``selection`` ("top", "bottom" or "random") and ``rank``
 (1 = highest for top, lowest for bottom), followed by the configured columns. The default columns
 are the sample-logging document's fields: ``sample_id`` (one trajectory, stable for the run),
-``policy_version`` (the step whose weights generated the response), the group ``uid``, prompt,
+``policy_version`` (the step whose weights generated the response), ``policy_lag`` (updates it is
+behind the weights it trains, asynchronous engines only), the group ``uid``, prompt,
 response, target, rewards, ``advantage``, lengths. Rows chosen among the generated rows get their
 ``advantage`` at step end from the trained batch, matched by ``sample_id``; a row the filters
 dropped (it did not train) has ``advantage: None``.
@@ -43,7 +44,7 @@ log = structlog.get_logger("rlhooks.backends")
 #: the sample-logging spec's fields as Batch columns, in table order; ``reward_fn/*`` expands to
 #: the per-function rewards and ``@extras`` to the reward extras (acc, score, ...) of the batch
 DEFAULT_COLUMNS = (
-    rlhooks.SAMPLE_ID, rlhooks.POLICY_VERSION, rlhooks.UID, rlhooks.INDEX, rlhooks.DATA_SOURCE, rlhooks.PROMPT,
+    rlhooks.SAMPLE_ID, rlhooks.POLICY_VERSION, rlhooks.POLICY_LAG, rlhooks.UID, rlhooks.INDEX, rlhooks.DATA_SOURCE, rlhooks.PROMPT,
     rlhooks.RESPONSE, rlhooks.TARGET, rlhooks.REWARD, rlhooks.FINAL_REWARD, rlhooks.REWARD_FN_PREFIX + "*", "@extras",
     rlhooks.ADVANTAGE, rlhooks.PROMPT_LENGTH, rlhooks.RESPONSE_LENGTH,
 )

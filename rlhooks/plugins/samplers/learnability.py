@@ -26,6 +26,10 @@ learnability sampler which rows of a source, are chosen.
 
 Without a shared learning state (e.g. a sampler used outside a run), the learnability sampler
 keeps its own from ``on_rewards_computed`` and saves it in its state_dict.
+
+Stale evidence (asynchronous training): ``learnability`` reads the learning state's pass rates, in
+which a group ``policy_lag`` updates old counts ``learning_lag_discount ** lag`` times a fresh one
+(core/learning.py). ``dump_ucb``'s window takes groups as they arrive, whatever their lag.
 """
 
 from __future__ import annotations

@@ -1,0 +1,87 @@
+"""rlhooks on verl V1's colocate_async trainer: how the classes combine verl's own, which config it selects,
+and the staleness columns of its batches (real verl classes; the end-to-end run is in docs/how-to/async.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("verl.trainer.ppo.v1", reason="needs verl[verl-core]")
+
+from omegaconf import OmegaConf  # noqa: E402
+from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync  # noqa: E402
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer, get_trainer_cls  # noqa: E402
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync  # noqa: E402
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync  # noqa: E402
+
+from rlhooks import Batch  # noqa: E402
+from rlhooks.core.errors import ConfigError  # noqa: E402
+from rlhooks.engines.verl import v1  # noqa: E402
+from rlhooks.engines.verl.main import select_v1_parts  # noqa: E402
+from rlhooks.engines.verl.v1.async_trainers import (  # noqa: E402
+    SYNC_LIFECYCLE,
+    RLHooksPPOTrainerColocateAsync,
+    RLHooksReplayBufferAsync,
+    with_staleness,
+)
+from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer  # noqa: E402
+from rlhooks.engines.verl.v1.trainer import RLHooksPPOTrainerSync  # noqa: E402
+
+pytestmark = pytest.mark.verl
+
+
+def _defined(cls: type) -> set[str]:
+    return {name for name, value in vars(cls).items() if callable(value) and not name.startswith("__")}
+
+
+def test_the_async_trainer_has_verls_async_lifecycle_and_the_rlhooks_hooks() -> None:
+    # what verl's sync trainer adds over PPOTrainer is exactly what the async variant takes from colocate_async
+    assert _defined(PPOTrainerSync) == set(SYNC_LIFECYCLE)
+    trainer = RLHooksPPOTrainerColocateAsync
+    for name in SYNC_LIFECYCLE:
+        assert getattr(trainer, name) is getattr(PPOTrainerColocateAsync, name), name
+    for name in _defined(PPOTrainerColocateAsync) - set(SYNC_LIFECYCLE):  # get_llm_client, on_train_begin
+        assert getattr(trainer, name) is getattr(PPOTrainerColocateAsync, name), name
+    for name in _defined(RLHooksPPOTrainerSync) - {"on_step_begin", "groups_scored", "_trained_batch", "_filter_metrics"}:
+        assert getattr(trainer, name) is getattr(RLHooksPPOTrainerSync, name), name
+    assert get_trainer_cls(v1.ASYNC_TRAINER_MODES["colocate_async"]) is trainer
+    assert issubclass(trainer, PPOTrainer)
+
+
+def test_the_async_replay_buffer_is_verls_async_one_with_the_rlhooks_filters() -> None:
+    buffer = RLHooksReplayBufferAsync
+    assert issubclass(buffer, RLHooksReplayBuffer) and issubclass(buffer, ReplayBufferAsync)
+    assert buffer._dapo_filtered_keys is RLHooksReplayBuffer._dapo_filtered_keys
+    for name in ("wait_for_sampleable", "get_sampleable_count", "_stale_terminal_keys", "_validate_mode_config"):
+        assert getattr(buffer, name) is getattr(ReplayBufferAsync, name), name
+    # without an rlhooks trainer (validation partition, or not attached) eviction is verl's own
+    rb = buffer("colocate_async", OmegaConf.create({}), 2, "drop", OmegaConf.create({}))
+    rb.prompt_global_steps["train"].update({"old": 1, "new": 5})
+    rb.finished_keys["train"].update({"old", "new"})
+    stale, dropped, failed, _ = rb._terminal_eviction_reasons(5, "train")
+    assert stale == {"old"} and dropped == set() and failed == set()
+
+
+def _cfg(mode: str):
+    return OmegaConf.create({"trainer": {"v1": {"trainer_mode": mode, "sampler": {}}}})
+
+
+def test_the_rlhooks_colocate_async_mode_selects_the_async_replay_buffer() -> None:
+    cfg = _cfg("rlhooks_colocate_async")
+    set_here = select_v1_parts(cfg, ["trainer.v1.trainer_mode=rlhooks_colocate_async"])
+    assert cfg.trainer.v1.trainer_mode == "rlhooks_colocate_async"
+    assert dict(cfg.trainer.v1.sampler.custom_sampler) == {"path": v1.ASYNC_REPLAY_BUFFER_PATH,
+                                                           "name": v1.ASYNC_REPLAY_BUFFER_NAME}
+    assert set(set_here) == {"trainer.v1.sampler.custom_sampler"}
+    # verl's own mode, chosen: the error names the rlhooks one (as for 'sync'); separate_async: not yet
+    with pytest.raises(ConfigError, match="Set trainer.v1.trainer_mode=rlhooks_colocate_async"):
+        select_v1_parts(_cfg("colocate_async"), ["trainer.v1.trainer_mode=colocate_async"])
+    with pytest.raises(ConfigError, match="not supported by rlhooks yet"):
+        select_v1_parts(_cfg("separate_async"), ["trainer.v1.trainer_mode=separate_async"])
+
+
+def test_batches_get_trained_version_and_lag_from_the_generating_version() -> None:
+    batch = Batch({"uid": np.array(["a", "a", "b", "b"], dtype=object), "policy_version": np.array([3, 3, 1, 1])})
+    out = with_staleness(batch, global_steps=5)  # step 5 updates the weights of version 4
+    assert out["trained_version"].tolist() == [4] * 4 and out["policy_lag"].tolist() == [1, 1, 3, 3]
+    assert with_staleness(Batch({"uid": np.array(["a"], dtype=object)}), 5).columns == ["uid"]  # no version: no lag
