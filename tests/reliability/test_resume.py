@@ -94,8 +94,13 @@ def _assert_resume_equal(cfg: dict, data, tmp_path: Path) -> tuple[Any, Any, dic
     assert after and probe.indices == after
     # sampler EMAs, weights and curriculum level after every step
     assert probe.sampler_after == {s: v for s, v in full_probe.sampler_after.items() if s > K}
-    # and the complete end state of every component (sampler, learner, reward monitor, ...)
-    assert _checkpoint(resumed) == _checkpoint(full)
+    # and the complete end state of every component (sampler, learner, reward monitor, ...), but for the
+    # W&B run id: each run has its own, and a resumed run keeps its first segment's
+    got_state, want_state = _checkpoint(resumed), _checkpoint(full)
+    assert _wandb_run_ids(got_state) == _wandb_run_ids(state)
+    for s in (got_state, want_state):
+        _wandb_run_ids(s, drop=True)
+    assert got_state == want_state
 
     # metrics and tables read back from the JSONL backend: one file holds both segments of the resumed run
     full_records = read_jsonl(tmp_path / "full" / "metrics.jsonl")
@@ -108,6 +113,12 @@ def _assert_resume_equal(cfg: dict, data, tmp_path: Path) -> tuple[Any, Any, dic
     assert all(TIMING_METRICS <= set(r["metrics"]) for r in resumed_records if r["kind"] == "metrics")
     assert jsonl_tables(resumed_records) == jsonl_tables(full_records)
     return full, resumed, want, got
+
+
+def _wandb_run_ids(state: dict, drop: bool = False) -> list:
+    """The W&B backends' run ids in a checkpoint (removed from it with ``drop``)."""
+    backends = [v for k, v in state["manager"].items() if k.startswith("backends[") and isinstance(v, dict)]
+    return [b.pop("run_id") if drop else b["run_id"] for b in backends if "run_id" in b]
 
 
 def _diff(a: dict, b: dict) -> str:

@@ -25,7 +25,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from rlhooks.core.errors import RLHooksError  # noqa: E402
 from rlhooks.engines.verl.cpu import platform, policy  # noqa: E402
 from rlhooks.engines.verl.main import compose_verl_config  # noqa: E402
-from rlhooks.engines.verl.trainer import RLHooksRayPPOTrainer  # noqa: E402
+from rlhooks.engines.verl.legacy.trainer import RLHooksRayPPOTrainer  # noqa: E402
 
 pytestmark = pytest.mark.verl
 TRACKER = "latest_checkpointed_iteration.txt"
