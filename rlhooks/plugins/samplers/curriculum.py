@@ -102,7 +102,8 @@ class RewardCurriculumOptions(MultiSourceOptions):
     final_complexity_percentile: int = attrs.field(default=100, validator=_percentile)
     #: levels between initial and final (levels 0..num_intervals)
     num_intervals: int = attrs.field(default=10, validator=_positive_int)
-    #: EMA of gate_metric on the curriculum source that unlocks the next level (required)
+    #: EMA of gate_metric (a validation gate: its latest result) on the curriculum source that unlocks
+    #: the next level (required)
     reward_threshold: float = attrs.field(validator=_finite)
     #: the feedback-batch column whose mean on the curriculum source's rows is smoothed and compared with
     #: reward_threshold: reward (sequence reward, all functions summed) | acc or another reward extra |
@@ -228,7 +229,7 @@ class TimeCurriculumSampler(_CurriculumMixin):
 
 class RewardCurriculumSampler(_CurriculumMixin):
     """Curriculum levels unlocked when the curriculum source's EMA of ``gate_metric`` (default the
-    sequence reward) reaches a threshold."""
+    sequence reward), or its latest validation result (``validation/<metric>``), reaches a threshold."""
 
     Options: ClassVar[type] = RewardCurriculumOptions
     deprecated_names: ClassVar[dict[str, str]] = {"RewardGatedCurriculumSampler": "RewardCurriculumSampler"}
