@@ -457,7 +457,9 @@ class RewardCurriculumSampler(_CurriculumMixin):
         if saved_gate != self.options.gate_metric:
             log.warning(
                 f"[{self.name}] the saved curriculum EMA is of '{saved_gate}', this run gates on "
-                f"'{self.options.gate_metric}': the EMA restarts from the next feedback batch (level {level} kept)"
+                f"'{self.options.gate_metric}': "
+                + ("the EMA restarts from the next feedback batch" if self._val_metric is None
+                   else "the gate waits for the next validation") + f" (level {level} kept)"
             )
             self._cur_ema = None
             self._val_value = self._val_step = None
