@@ -221,7 +221,7 @@ METRIC_FAMILIES: dict[str, str] = {
     "alerts": "`reward_monitor`: alerts fired this step by level, and the run's total ([alerts](../how-to/rewards.md))",
     "contributions": "`reward_monitor`: each reward function's weighted share of the total reward",
     "critic": "the engine's advantage statistics (verl's `critic/*` names)",
-    "curriculum": "curriculum samplers: level, percentile, items unlocked, reward EMA ([samplers](../how-to/samplers.md))",
+    "curriculum": "curriculum samplers: level, percentile, items unlocked, reward EMA, the validation gate's latest result ([samplers](../how-to/samplers.md))",
     "filter": "the DAPO filter and accumulation: kept / dropped groups, generation-limit hits ([DAPO](../how-to/dapo.md))",
     "learning": "the prompt-level learning state ([selective rollout](../how-to/selective-rollout.md))",
     "prompt_filter": "the pre-generation stage: prompts sampled, skipped, top-up draws ([selective rollout](../how-to/selective-rollout.md))",
@@ -242,6 +242,8 @@ METRIC_FAMILIES: dict[str, str] = {
 _METRIC_RUN_SAMPLERS = (
     {"name": "reward_curriculum", "complexity_source": "chain", "reward_threshold": 4.0, "min_batches_per_level": 1,
      "check_frequency": 1, "adaptive_weights": True, "update_frequency": 1},
+    {"name": "reward_curriculum", "complexity_source": "chain", "gate_metric": "validation/score",
+     "reward_threshold": 0.0, "min_batches_per_level": 1},
     {"name": "time_curriculum", "complexity_source": "chain"},
     {"name": "learnability", "level": "source"},
     {"name": "dump_ucb"},
@@ -259,10 +261,11 @@ def emitted_metrics(out_dir: Path, steps: int = 2) -> tuple[set[str], set[str], 
     functions = ["claims_verified", "format_exact", "format_approx", "check_answer", "check_numbers"]
     names: set[str] = set()
     sources: set[str] = set()
-    for sampler in _METRIC_RUN_SAMPLERS:
-        run_dir = out_dir / sampler["name"]
+    for i, sampler in enumerate(_METRIC_RUN_SAMPLERS):
+        label = f"{sampler['name']}_{i}"
+        run_dir = out_dir / label
         config = load_sim_config({
-            "run": {"name": sampler["name"], "steps": steps, "train_batch_size": 6, "gen_batch_size": 8, "n": 4,
+            "run": {"name": label, "steps": steps, "train_batch_size": 6, "gen_batch_size": 8, "n": 4,
                     "max_num_gen_batches": 4, "on_gen_limit": "continue", "out_dir": str(out_dir)},
             "simulate": {"rows_per_source": 40,
                          **(_ASYNC_RUN["simulate"] if sampler["name"] == _ASYNC_RUN["sampler"] else {})},

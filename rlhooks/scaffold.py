@@ -290,6 +290,18 @@ class Test${cls}(HookPluginContract):
     @pytest.fixture
     def entry_point_name(self):
         return "${dist}:${entry}"
+
+
+def test_${stem}_stops_the_run_when_responses_stay_long(tmp_path):
+    from rlhooks.testing import make_run_context, make_trajectory_batch
+
+    plugin = ${cls}(${cls}.Options(threshold=0, stop_fraction=0.5, stop_after=2))
+    run = make_run_context(tmp_path / "run")
+    plugin.on_run_start(run)
+    plugin.on_rewards_computed(1, make_trajectory_batch(4, 4, seed=1))
+    assert not run.stop_requested
+    plugin.on_rewards_computed(2, make_trajectory_batch(4, 4, seed=2))
+    assert run.stop_requested and "2 batches in a row" in run.stop_reason
 ''',
 }
 
@@ -489,7 +501,9 @@ class ${Cls}Reward(RewardFunction):
 """${Cls}Plugin: a hook-only plugin; the fraction of responses longer than a threshold, per generation batch.
 
 Hooks are methods decorated with ``rlhooks.hookimpl`` and named after a hook (the reference:
-``rlhooks hooks``); a hook may take any subset of its arguments, and may return metrics.
+``rlhooks hooks``); a hook may take any subset of its arguments, and may return metrics. Shown too:
+held-out results (``on_validation_end``), a clean stop (``run.request_stop``) and state a resumed
+run restores (``state_dict``/``load_state_dict``, saved with each checkpoint).
 """
 
 from __future__ import annotations
@@ -499,23 +513,49 @@ from typing import Any
 import attrs
 import numpy as np
 
-from rlhooks import RESPONSE_LENGTH, hookimpl, non_negative
+from rlhooks import RESPONSE_LENGTH, hookimpl, non_negative, positive
 
 
 class ${Cls}Plugin:
-    """``${stem}/long_fraction``: responses longer than ``threshold`` tokens."""
+    """``${stem}/long_fraction``: responses longer than ``threshold`` tokens; stops the run after
+    ``stop_after`` batches in a row with a fraction above ``stop_fraction`` (1.0: never)."""
 
     @attrs.frozen(kw_only=True)
     class Options:
         threshold: int = attrs.field(default=512, validator=non_negative)
+        stop_fraction: float = attrs.field(default=1.0, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
+        stop_after: int = attrs.field(default=3, validator=positive)
 
     def __init__(self, options: Any) -> None:
         self.options = options
+        self.run: Any = None
+        self.long_batches = 0  # batches in a row above stop_fraction; kept across a resume
+
+    @hookimpl
+    def on_run_start(self, run: Any) -> None:
+        self.run = run
 
     @hookimpl
     def on_rewards_computed(self, step: int, batch: Any) -> dict[str, float]:
         if len(batch) == 0 or RESPONSE_LENGTH not in batch:
             return {}
-        return {"${stem}/long_fraction": float(np.mean(batch[RESPONSE_LENGTH] > self.options.threshold))}
+        fraction = float(np.mean(batch[RESPONSE_LENGTH] > self.options.threshold))
+        self.long_batches = self.long_batches + 1 if fraction > self.options.stop_fraction else 0
+        if self.long_batches >= self.options.stop_after and self.run is not None:
+            # the run ends after this step: checkpoint saved, status "stopped", this reason recorded
+            self.run.request_stop(f"${stem}: {self.long_batches} batches in a row with long_fraction > "
+                                  f"{self.options.stop_fraction}")
+        return {"${stem}/long_fraction": fraction}
+
+    @hookimpl
+    def on_validation_end(self, step: int, per_source: Any) -> dict[str, float] | None:
+        scores = [m["score"] for m in per_source.values() if "score" in m]
+        return {"${stem}/worst_validation_score": min(scores)} if scores else None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"long_batches": self.long_batches}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.long_batches = int(state["long_batches"])
 ''',
 }

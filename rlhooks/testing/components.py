@@ -60,6 +60,7 @@ from rlhooks.testing.factories import (
     make_step_metrics,
     make_table_rows,
     make_trajectory_batch,
+    make_validation_results,
 )
 
 #: component kind -> the config section that enables it
@@ -214,13 +215,19 @@ class SamplerContract(ComponentContract):
 
     # -- helpers ---------------------------------------------------------------------------
     def _feedback(self, sampler: Any, stream: _IndexStream, batch_size: int, factory: BatchFactory, steps: int) -> None:
-        """Draw a batch, report its rewards through on_rewards_computed (as a run does), repeat."""
+        """Draw a batch, report its rewards through on_rewards_computed (as a run does), repeat; a
+        sampler with on_validation_end also gets validation results of the sources drawn, every 2 steps."""
         h = PluginHarness(sampler)
+        validates = callable(getattr(sampler, "on_validation_end", None))
         try:
             for step in range(1, steps + 1):
                 idx = stream.take(batch_size)
                 batch = factory(len(idx), 4, seed=step, step=step, indices=idx, uniform_groups=2)
                 check_metrics_result(h.call("on_rewards_computed", step=step, batch=batch), describe(sampler))
+                if validates and step % 2 == 0:
+                    metrics, per_source = make_validation_results(step, sources=tuple(map(str, np.unique(batch["data_source"]))))
+                    check_metrics_result(h.call("on_validation_end", step=step, metrics=metrics, per_source=per_source),
+                                         describe(sampler))
         finally:
             h.pm.unregister(name=checks.PLUGIN_NAME)
 

@@ -61,7 +61,7 @@ def test_generated_package_layout(generated):
 def test_generated_tests_pass_unchanged(generated, tmp_path):
     src, site = generated
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:xdist",
          "--basetemp", str(tmp_path / "bt")],
         capture_output=True, text=True, timeout=300, cwd=src, env=_env(site),
     )
@@ -76,6 +76,15 @@ def test_generated_tests_pass_unchanged(generated, tmp_path):
                      r"implement", res.stdout), res.stdout[-2000:]
     for cls in ("DemoKitSampler", "DemoKitFilter", "DemoKitBackend", "DemoKitReward", "DemoKitPlugin"):
         assert f"Test{cls}" in (src / "tests" / "test_contracts.py").read_text()
+    # the hook plugin shows the issue-32 hooks, and its tests exercise them: held-out results, state
+    # across a resume (the kit's round trip) and a clean stop (its own test, option-driven)
+    for test in ("TestDemoKitPlugin::test_on_validation_end_returns_metrics_or_none",
+                 "TestDemoKitPlugin::test_on_validation_end_sources_it_never_trained_on",
+                 "TestDemoKitPlugin::test_state_dict_round_trip", "test_demo_kit_stops_the_run_when_responses_stay_long"):
+        assert re.search(rf"PASSED tests/test_contracts.py::{re.escape(test)}\b", res.stdout), test
+    hooks = (src / "src" / "rlhooks_demo_kit" / "hooks.py").read_text()
+    for shown in ("def on_validation_end(", "def state_dict(", "def load_state_dict(", "self.run.request_stop("):
+        assert shown in hooks, shown
 
 
 def test_readme_plugin_examples_are_the_generated_code(generated):

@@ -7,6 +7,7 @@ import pytest
 from rlhooks.plugins.samplers.curriculum import RewardCurriculumSampler, TimeCurriculumSampler
 from rlhooks.plugins.samplers.multi_source import MultiSourceSampler
 from rlhooks.testing import SamplerContract
+from rlhooks.testing.components import _IndexStream
 from rlhooks.testing.factories import make_dataset
 
 ADAPTIVE = {"adaptive_weights": True, "update_frequency": 1, "temperature": 0.5}
@@ -71,3 +72,24 @@ class TestRewardCurriculumAccuracyGateContract(_CurriculumData, SamplerContract)
     @pytest.fixture
     def entry_point_name(self):
         return "reward_curriculum"
+
+
+class TestRewardCurriculumValidationGateContract(_CurriculumData, SamplerContract):
+    """The curriculum gated on held-out accuracy (``validation/score``): the kit's round trip delivers
+    validation results to a sampler with on_validation_end, and the levels move."""
+
+    plugin_class = RewardCurriculumSampler
+
+    @pytest.fixture
+    def component_options(self):
+        return {"complexity_source": CURRICULUM, "gate_metric": "validation/score", "reward_threshold": 0.3,
+                "min_batches_per_level": 1}
+
+    @pytest.fixture
+    def entry_point_name(self):
+        return "reward_curriculum"
+
+    def test_the_kits_validation_results_move_the_levels(self, sampler_factory, batch_size, trajectory_batch_factory):
+        s = sampler_factory(seed=4)
+        self._feedback(s, _IndexStream(s), batch_size, trajectory_batch_factory, steps=12)
+        assert s.level >= 2 and s.state_dict()["extra"]["validation_step"] == 12

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pickle
+from types import MappingProxyType
+
 import numpy as np
 import pytest
 import structlog
 from .sampler_helpers import Stream, source_of
 
-from rlhooks import Batch, BatchError, ConfigError, DatasetColumns
+from rlhooks import Batch, BatchError, ConfigError, DataError, DatasetColumns
 from rlhooks.plugins.samplers.curriculum import RewardCurriculumOptions, RewardCurriculumSampler
 
 GATE = {"min_batches_per_level": 0, "check_frequency": 1, "reward_alpha": 1.0}
@@ -109,7 +112,7 @@ def test_a_text_gate_column_is_refused(data: DatasetColumns) -> None:
 
 @pytest.mark.parametrize("value,message", [
     ("", "must name a feedback-batch column"),
-    ("validation/logicif/acc", "gating on a validation metric is not available yet"),
+    ("validation/", "names no validation metric: write validation/score"),
 ])
 def test_bad_gate_metric_is_refused_at_configuration(data: DatasetColumns, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as exc:
@@ -138,3 +141,91 @@ def test_resume_keeps_the_gate_ema_and_restarts_it_for_another_gate(data: Datase
     legacy = RewardCurriculumSampler({**opts, "gate_metric": "reward"}, data, batch_size=20)
     legacy.load_state_dict(old)
     assert legacy._cur_ema == pytest.approx(0.4)
+
+
+# -- gate_metric: validation/<metric>, from on_validation_end ------------------------------------
+VAL_GATE = {"gate_metric": "validation/score", "reward_threshold": 0.5, "min_batches_per_level": 0}
+
+
+def validate(s: RewardCurriculumSampler, step: int, score: float, source: str = "logicif", **more: float) -> dict | None:
+    """on_validation_end as the engines call it: read-only views, verl's per_source shape."""
+    per_source = {source: MappingProxyType({"score": score, "acc/mean@1": score, **more}), "iftrain": {"score": 0.0}}
+    return s.on_validation_end(step=step, per_source=MappingProxyType(per_source))
+
+
+def test_validation_gate_moves_at_most_one_level_per_fresh_result(data: DatasetColumns) -> None:
+    s = RewardCurriculumSampler({**VAL_GATE, "check_frequency": 1}, data, batch_size=20)
+    stream = Stream(s)
+    m = validate(s, 2, 0.8)
+    assert s.level == 1 and m["curriculum/level"] == 1
+    assert m["curriculum/validation_value"] == 0.8 and m["curriculum/validation_step"] == 2
+    for _ in range(4):  # perfect batches do not move a validation gate, nor does the stale 0.8
+        m = step(s, data, stream, {"logicif": 1.0, "iftrain": 1.0})
+    assert s.level == 1 and "curriculum/reward_ema" not in m and m["curriculum/validation_value"] == 0.8
+    assert validate(s, 2, 0.9) is None and s.level == 1  # the same step again: not fresh
+    validate(s, 4, 0.3)
+    assert s.level == 1 and s._val_value == 0.3  # below the threshold: kept, no level
+    validate(s, 6, 0.5)
+    assert s.level == 2  # inclusive, like the batch gates
+
+
+def test_validation_gate_waits_min_batches_per_level(data: DatasetColumns) -> None:
+    s = RewardCurriculumSampler({**VAL_GATE, "min_batches_per_level": 2}, data, batch_size=20)
+    stream = Stream(s)
+    validate(s, 0, 0.9)  # verl's validation before training: no batch at level 0 yet
+    assert s.level == 0
+    step(s, data, stream, {"logicif": 0.0})
+    step(s, data, stream, {"logicif": 0.0})
+    assert s.level == 0  # the stale result is not checked again at the batches
+    validate(s, 2, 0.9)
+    assert s.level == 1 and s._batches_at_level == 0
+
+
+def test_validation_gate_reads_the_named_metric_of_the_curriculum_source(data: DatasetColumns) -> None:
+    s = RewardCurriculumSampler({**VAL_GATE, "gate_metric": "validation/acc/maj@4/mean"}, data, batch_size=20)
+    validate(s, 1, 0.2, **{"acc/maj@4/mean": 0.7})
+    assert s.level == 1 and s._val_value == 0.7
+    with pytest.raises(DataError) as exc:
+        validate(s, 2, 0.9, source="logicif")  # no acc/maj@4/mean in this result
+    msg = str(exc.value)
+    assert "no 'acc/maj@4/mean'" in msg and "they have: score, acc/mean@1" in msg and "sampler.gate_metric" in msg
+
+
+def test_validation_without_the_curriculum_source_warns_once_and_keeps_the_level(data: DatasetColumns) -> None:
+    s = RewardCurriculumSampler(VAL_GATE, data, batch_size=20)
+    with structlog.testing.capture_logs() as logs:
+        assert validate(s, 1, 0.9, source="held/out") is None
+        assert s.on_validation_end(step=2, per_source=MappingProxyType({})) is None
+        assert validate(s, 3, float("nan")) is None  # a NaN result is not a result
+    assert s.level == 0 and s._val_value is None
+    missing = [e["event"] for e in logs if "have no source 'logicif'" in e["event"]]
+    assert len(missing) == 1 and "they have: held/out, iftrain" in missing[0]
+    assert any("is nan: ignored" in e["event"] for e in logs)
+
+
+def test_batch_gates_ignore_validation_results(data: DatasetColumns) -> None:
+    s = RewardCurriculumSampler({**GATE, "reward_threshold": 0.5, "gate_metric": "acc"}, data, batch_size=20)
+    assert validate(s, 1, 1.0) is None and s.level == 0
+
+
+def test_validation_gate_resume_is_exact_and_a_revalidated_step_is_not_fresh(data: DatasetColumns) -> None:
+    opts = {**VAL_GATE, "min_batches_per_level": 1}
+    full = RewardCurriculumSampler(opts, data, batch_size=20)
+    stream = Stream(full)
+    step(full, data, stream, {"logicif": 0.5})
+    validate(full, 1, 0.6)
+    step(full, data, stream, {"logicif": 0.5})
+    state = pickle.loads(pickle.dumps(full.state_dict()))
+    assert state["extra"]["validation_value"] == 0.6 and state["extra"]["validation_step"] == 1
+    resumed = RewardCurriculumSampler(opts, data, batch_size=20)
+    resumed.load_state_dict(state)
+    assert validate(resumed, 1, 0.99) is None  # a resumed engine validating the saved step again
+    for s in (full, resumed):
+        validate(s, 2, 0.7)
+    assert resumed.level == full.level == 2 and resumed.state_dict() == full.state_dict()
+    assert np.array_equal(Stream(resumed).take(40), stream.take(40))
+    # a state from before the validation gate (no validation keys) loads with no result yet
+    old = {**state, "extra": {k: v for k, v in state["extra"].items() if not k.startswith("validation_")}}
+    legacy = RewardCurriculumSampler(opts, data, batch_size=20)
+    legacy.load_state_dict(old)
+    assert legacy._val_value is None and legacy._val_step is None and legacy.level == 1

@@ -326,3 +326,18 @@ def test_progress_bar_is_off_when_stderr_is_not_a_terminal(tiny_data, tmp_path, 
     engine.run(progress=True)
     err = capsys.readouterr().err
     assert "step/s" not in err and "|" not in err and "1/1" not in err, err[-500:]
+
+
+def test_reward_curriculum_gates_on_validation_accuracy_through_a_run(small_data, tmp_path):
+    """gate_metric validation/score: the simulator's held-out accuracy of the curriculum source, every
+    test_freq steps, moves the levels, one at most per validation and only at a validated step."""
+    gate = {**CURRICULUM, "gate_metric": "validation/score", "reward_threshold": 0.05, "min_batches_per_level": 1}
+    cfg = small_config(tmp_path, sampler=gate, run={"steps": 6}, simulate={"test_freq": 2})
+    _, rec = _run(cfg, small_data, tmp_path / "val")
+    levels = {step: m["curriculum/level"] for step, m in rec.metrics.items()}
+    assert levels == {1: 0, 2: 1, 3: 1, 4: 2, 5: 2, 6: 3}, levels
+    for step in (2, 4, 6):
+        m = rec.metrics[step]
+        assert m["curriculum/validation_step"] == step
+        assert m["curriculum/validation_value"] == m["sim/accuracy/chain"] >= 0.05
+    assert "curriculum/reward_ema" not in rec.metrics[6]

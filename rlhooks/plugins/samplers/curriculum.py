@@ -13,7 +13,9 @@ batch.
 ``RewardCurriculumSampler.gate_metric`` names what ``reward_threshold`` is compared with: the
 curriculum source's mean of one feedback-batch column per batch (default ``reward``, the sequence
 reward; ``acc``, another reward extra, or ``reward_fn/<name>``, one reward function's score), smoothed
-by ``reward_alpha``.
+by ``reward_alpha``. ``validation/<metric>`` (e.g. ``validation/score``) gates on the curriculum
+source's held-out result from ``on_validation_end`` instead: each fresh result is compared once (at
+most one level up per validation; no EMA, no ``check_frequency``).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def _finite(_inst: Any, attr: attrs.Attribute, value: float) -> None:
         raise ValueError(f"must be a finite number, got {value!r}")
 
 
-#: gate_metric names under this prefix are kept for per-source validation metrics (not delivered to samplers yet)
+#: gate_metric ``validation/<metric>``: ``per_source[complexity_source][<metric>]`` of on_validation_end
 VALIDATION_PREFIX = "validation/"
 SEQUENCE_REWARD = REWARD  # the default gate: the sequence reward, every reward function summed
 
@@ -63,12 +65,13 @@ def _gate_metric(_inst: Any, attr: attrs.Attribute, value: str) -> None:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(
             f"must name a feedback-batch column, got {value!r}: reward (the default), acc or another reward extra, "
-            "or reward_fn/<name> (one reward function's score)"
+            "reward_fn/<name> (one reward function's score), or validation/<metric> (a validation result, e.g. "
+            "validation/score)"
         )
-    if value.startswith(VALIDATION_PREFIX):
+    if value.startswith(VALIDATION_PREFIX) and not value[len(VALIDATION_PREFIX):].strip():
         raise ValueError(
-            f"{value!r}: gating on a validation metric is not available yet (samplers receive no validation "
-            "results in this version); gate on a feedback-batch column instead: acc, reward_fn/<name> or reward"
+            f"{value!r} names no validation metric: write validation/score (the source's headline held-out "
+            "accuracy) or validation/<var>/<metric> as verl computes it, e.g. validation/acc/mean@4"
         )
 
 
@@ -99,11 +102,13 @@ class RewardCurriculumOptions(MultiSourceOptions):
     final_complexity_percentile: int = attrs.field(default=100, validator=_percentile)
     #: levels between initial and final (levels 0..num_intervals)
     num_intervals: int = attrs.field(default=10, validator=_positive_int)
-    #: EMA of gate_metric on the curriculum source that unlocks the next level (required)
+    #: EMA of gate_metric (a validation gate: its latest result) on the curriculum source that unlocks
+    #: the next level (required)
     reward_threshold: float = attrs.field(validator=_finite)
     #: the feedback-batch column whose mean on the curriculum source's rows is smoothed and compared with
     #: reward_threshold: reward (sequence reward, all functions summed) | acc or another reward extra |
-    #: reward_fn/<name> (one reward function's score)
+    #: reward_fn/<name> (one reward function's score) | validation/<metric>: the curriculum source's latest
+    #: validation result (on_validation_end's per_source), compared once per validation, without EMA
     gate_metric: str = attrs.field(default=SEQUENCE_REWARD, validator=_gate_metric)
     reward_alpha: float = attrs.field(default=0.1, validator=_unit_fraction)
     min_batches_per_level: int = attrs.field(default=10, validator=_non_negative_int)
@@ -224,7 +229,7 @@ class TimeCurriculumSampler(_CurriculumMixin):
 
 class RewardCurriculumSampler(_CurriculumMixin):
     """Curriculum levels unlocked when the curriculum source's EMA of ``gate_metric`` (default the
-    sequence reward) reaches a threshold."""
+    sequence reward), or its latest validation result (``validation/<metric>``), reaches a threshold."""
 
     Options: ClassVar[type] = RewardCurriculumOptions
     deprecated_names: ClassVar[dict[str, str]] = {"RewardGatedCurriculumSampler": "RewardCurriculumSampler"}
@@ -249,6 +254,12 @@ class RewardCurriculumSampler(_CurriculumMixin):
         #: (sums, counts) per source of gate_metric in the current feedback batch; None = the rewards'
         self._gate_obs: tuple[np.ndarray, np.ndarray] | None = None
         self._iv_carry = np.zeros(k + 1)
+        #: the per_source key of a validation gate (None: the gate reads feedback batches)
+        self._val_metric = o.gate_metric[len(VALIDATION_PREFIX):] if o.gate_metric.startswith(VALIDATION_PREFIX) else None
+        #: the latest validation result of the curriculum source and the step it came from
+        self._val_value: float | None = None
+        self._val_step: int | None = None
+        self._val_warned = False  # a validation without the curriculum source: warned once
         empty = np.flatnonzero(self.interval_sizes == 0)
         if len(empty):
             log.warning(
@@ -266,7 +277,10 @@ class RewardCurriculumSampler(_CurriculumMixin):
         for i, (size, (a, b)) in enumerate(zip(self.interval_sizes, self._interval_ranges)):
             head = f"Interval 0 (Initial {o.initial_complexity_percentile}%)" if i == 0 else f"Interval {i}"
             log.info(f"  {head}: {size} samples, [{a:.3f}, {b:.3f}]")
-        if o.gate_metric != SEQUENCE_REWARD:
+        if self._val_metric is not None:
+            log.info(f"[{self.name}] Gate: validation '{self._val_metric}' of '{o.complexity_source}' >= "
+                     f"{o.reward_threshold:g}, checked once per validation result")
+        elif o.gate_metric != SEQUENCE_REWARD:
             log.info(f"[{self.name}] Gate: EMA of '{o.gate_metric}' on '{o.complexity_source}' >= {o.reward_threshold:g}")
 
     @property
@@ -312,7 +326,7 @@ class RewardCurriculumSampler(_CurriculumMixin):
     def _gate_sums(self, batch: Batch) -> tuple[np.ndarray, np.ndarray] | None:
         """Per-source sum and count of gate_metric's finite values; None when the gate is the reward."""
         col = self.options.gate_metric
-        if col == SEQUENCE_REWARD or len(batch) == 0:
+        if col == SEQUENCE_REWARD or self._val_metric is not None or len(batch) == 0:
             return None
         if col not in batch:
             fns = [c for c in batch.columns if c.startswith(REWARD_FN_PREFIX)]
@@ -331,9 +345,51 @@ class RewardCurriculumSampler(_CurriculumMixin):
             ) from None
         return sums, counts
 
+    @hookimpl
+    def on_validation_end(self, step: int, per_source: Mapping[str, Mapping[str, float]]) -> dict[str, float] | None:
+        """A validation gate: the curriculum source's fresh result is compared with reward_threshold once."""
+        if self._val_metric is None:
+            return None
+        o = self.options
+        results = per_source.get(o.complexity_source)
+        if results is None:
+            if not self._val_warned:
+                self._val_warned = True
+                log.warning(
+                    f"[{self.name}] the validation results of step {step} have no source '{o.complexity_source}' "
+                    f"(they have: {', '.join(per_source) or 'none'}); the curriculum stays at level {self.level} "
+                    f"until a validation covers it: add rows of '{o.complexity_source}' to the validation set"
+                )
+            return None
+        if self._val_step is not None and step <= self._val_step:
+            return None  # already acted on (a resumed engine may validate the checkpoint's step again)
+        if self._val_metric not in results:
+            raise DataError(
+                f"{self.name}: gate_metric {o.gate_metric!r}: the validation results of source "
+                f"'{o.complexity_source}' at step {step} have no {self._val_metric!r}; they have: "
+                f"{', '.join(results)}. Set sampler.gate_metric to validation/<one of these> "
+                f"(validation/score is the headline accuracy)"
+            )
+        value = float(results[self._val_metric])
+        if not math.isfinite(value):
+            log.warning(f"[{self.name}] validation {self._val_metric!r} of '{o.complexity_source}' at step {step} "
+                        f"is {value}: ignored, the level stays {self.level}")
+            return None
+        self._val_value, self._val_step = value, int(step)
+        if (
+            self.level < o.num_intervals
+            and self._batches_at_level >= o.min_batches_per_level
+            and value >= o.reward_threshold
+        ):
+            self._level_up(value, f"Validation at step {step}: {o.gate_metric}")
+        return self._extra_metrics()
+
     def _after_feedback(self, step: int, means: np.ndarray, counts: np.ndarray) -> None:
         o = self.options
         c = self._cur
+        if self._val_metric is not None:  # the gate moves in on_validation_end
+            self._batches_at_level += 1
+            return
         if self._gate_obs is not None:
             sums, counts = self._gate_obs
             with np.errstate(over="ignore", invalid="ignore"):
@@ -349,18 +405,18 @@ class RewardCurriculumSampler(_CurriculumMixin):
             and self._cur_ema is not None
             and self._cur_ema >= o.reward_threshold
         ):
-            self._level_up()
+            gate = o.gate_metric
+            what = "Reward" if gate == SEQUENCE_REWARD else f"{gate} EMA"  # the spec's line for the default gate
+            self._level_up(self._cur_ema, f"Batch {self._feedback}: {what}")
 
-    def _level_up(self) -> None:
+    def _level_up(self, value: float, what: str) -> None:
         before = self.num_items
         self.level += 1
         self._batches_at_level = 0
         self._iv_carry[:] = 0.0
         log.info(BANNER)
         log.info(f"[{self.name}] LEVEL UP! {self.level - 1} → {self.level}")
-        gate = self.options.gate_metric
-        what = "Reward" if gate == SEQUENCE_REWARD else f"{gate} EMA"  # the spec's line for the default gate
-        log.info(f"[{self.name}] Batch {self._feedback}: {what} {self._cur_ema:.3f} >= {self.options.reward_threshold:g}")
+        log.info(f"[{self.name}] {what} {value:.3f} >= {self.options.reward_threshold:g}")
         log.info(f"[{self.name}] Samples: {before} → {self.num_items}")
         log.info(BANNER)
 
@@ -373,6 +429,9 @@ class RewardCurriculumSampler(_CurriculumMixin):
         }
         if self._cur_ema is not None:
             out["curriculum/reward_ema"] = self._cur_ema
+        if self._val_value is not None:
+            out["curriculum/validation_value"] = self._val_value
+            out["curriculum/validation_step"] = self._val_step
         return out
 
     def _extra_state(self) -> dict[str, Any]:
@@ -382,6 +441,8 @@ class RewardCurriculumSampler(_CurriculumMixin):
             "curriculum_ema": self._cur_ema,
             "gate_metric": self.options.gate_metric,
             "interval_carry": self._iv_carry.tolist(),
+            "validation_value": self._val_value,
+            "validation_step": self._val_step,
         }
 
     def _load_extra(self, state: Mapping[str, Any]) -> None:
@@ -396,7 +457,14 @@ class RewardCurriculumSampler(_CurriculumMixin):
         if saved_gate != self.options.gate_metric:
             log.warning(
                 f"[{self.name}] the saved curriculum EMA is of '{saved_gate}', this run gates on "
-                f"'{self.options.gate_metric}': the EMA restarts from the next feedback batch (level {level} kept)"
+                f"'{self.options.gate_metric}': "
+                + ("the EMA restarts from the next feedback batch" if self._val_metric is None
+                   else "the gate waits for the next validation") + f" (level {level} kept)"
             )
             self._cur_ema = None
+            self._val_value = self._val_step = None
+        else:  # states from before the validation gate have neither
+            value, val_step = state.get("validation_value"), state.get("validation_step")
+            self._val_value = None if value is None else float(value)
+            self._val_step = None if val_step is None else int(val_step)
         self._iv_carry = np.asarray(state["interval_carry"], dtype=np.float64)
