@@ -292,7 +292,9 @@ class _PromptSource:
     select = select_prompts
 
     def concat(self, payloads: list[Any]) -> Any:
-        return tu.concat_tensordict(payloads)
+        # a prompt batch from an earlier dispatch of the step carries the global_steps the trainer assigned,
+        # a fresh top-up does not (TensorDict.cat needs equal keys); _submit_batch_to_rollout assigns it again
+        return tu.concat_tensordict([p.exclude("global_steps") if "global_steps" in p.keys() else p for p in payloads])
 
 
 __all__ = ["RLHooksPPOTrainerSync", "adapter_functions"]
