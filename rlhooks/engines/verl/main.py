@@ -245,14 +245,14 @@ def select_v1_rewards(cfg: Any) -> dict[str, Any]:
             f"names the reward functions {names}, but {problem}: verl's V1 trainer scores with one of them. "
             f"Keep the functions under rewards: and remove reward.custom_reward_function from the verl "
             f"settings (rlhooks then sets it to its adapter), or move the functions from rewards: to "
-            f"reward.custom_reward_function (see docs/how-to/verl.md, 'Reward functions')",
+            f"reward.custom_reward_function (see docs/how-to/verl.md, 'Reward functions on V1')",
         )], "verl config")
     setting = {"path": f"pkg://{ADAPTER_MODULE}", "name": "compute_score", "reward_kwargs": wanted}
     OmegaConf.update(cfg, "reward.custom_reward_function", setting, force_add=True)
     log.warning(
         "rlhooks.rewards names reward functions; verl's V1 trainer scores in its reward-loop workers, so "
         f"reward.custom_reward_function (at verl's default) is set to the rlhooks adapter: {setting} "
-        "(see docs/how-to/verl.md, 'Reward functions')",
+        "(see docs/how-to/verl.md, 'Reward functions on V1')",
     )
     return {"reward.custom_reward_function": setting}
 
