@@ -411,10 +411,11 @@ def test_v1_rewards_list_becomes_verls_reward_function_openly(tmp_path, capsys):
     assert scores["score"] == pytest.approx(2.0 * scores["check_answer"] + scores["format_exact"])
 
 
-def test_v1_rewards_fill_the_adapter_the_user_named_without_functions(tmp_path):
+def test_v1_rewards_fill_the_adapter_the_user_named_without_functions(tmp_path, capsys):
     verl = {"reward": {"custom_reward_function": {"path": ADAPTER, "name": "compute_score"}}}
     cfg = build_config(_rewards_yaml(tmp_path, ["check_numbers", "reward_monitor"], verl), [])
     assert list(cfg.reward.custom_reward_function.reward_kwargs.functions) == ["check_numbers"]
+    assert "its reward_kwargs (no functions set) are now {'functions': ['check_numbers']" in capsys.readouterr().err
     # the same functions named in both places agree: kept as the user wrote them
     same = ["+reward.custom_reward_function.reward_kwargs.functions=[check_numbers]"]
     cfg = build_config(_rewards_yaml(tmp_path, ["check_numbers"], verl), same)

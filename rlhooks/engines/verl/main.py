@@ -233,9 +233,13 @@ def select_v1_rewards(cfg: Any) -> dict[str, Any]:
             problem = (f"reward.custom_reward_function.path is {path!r} (name {custom.get('name')!r}), another "
                        "reward function than the rlhooks adapter")
         elif given is None or "functions" not in given:
-            OmegaConf.update(cfg, "reward.custom_reward_function.reward_kwargs",
-                             {**wanted, **(OmegaConf.to_container(given) if given is not None else {})}, force_add=True)
-            return {"reward.custom_reward_function.reward_kwargs": wanted}
+            kwargs = {**wanted, **(OmegaConf.to_container(given) if given is not None else {})}
+            OmegaConf.update(cfg, "reward.custom_reward_function.reward_kwargs", kwargs, force_add=True)
+            log.warning("rlhooks.rewards names reward functions; verl's V1 trainer scores them in its reward-loop "
+                        "workers through the rlhooks adapter that reward.custom_reward_function names, so its "
+                        f"reward_kwargs (no functions set) are now {kwargs} (see docs/how-to/verl.md, "
+                        "'Reward functions on V1')")
+            return {"reward.custom_reward_function.reward_kwargs": kwargs}
         elif list(ours) == names:
             return {}
         else:
