@@ -113,6 +113,12 @@ def test_compute_score_isolates_a_raising_function():
     out = compute_score("gsm8k", None, "42", functions=["format_exact", "check_numbers"], error_score=-2.0)
     assert out == {"score": -4.0, "format_exact": -2.0, "check_numbers": -2.0, "acc": 0.0, "reward_errors": 2.0,
                    "reward_errors/format_exact": 1.0, "reward_errors/check_numbers": 1.0}  # per function, for V1
+    # per function, as error_score on each rewards: entry (rlhooks train on V1 passes them so)
+    out = compute_score("gsm8k", None, "42", functions=["format_exact", "check_numbers"],
+                        weights=[2.0, 1.0], error_score={"format_exact": -1.0})
+    assert (out["score"], out["format_exact"], out["check_numbers"]) == (-2.0, -1.0, 0.0)
+    with pytest.raises(ValueError, match=r"error_score for \['check_answer'\] but functions are"):
+        compute_score("gsm8k", "x", "42", functions=["format_exact"], error_score={"check_answer": -1.0})
 
 
 def test_compute_score_bad_kwargs():

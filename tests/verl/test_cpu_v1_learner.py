@@ -180,8 +180,8 @@ def test_v1_sync_trains_validates_checkpoints_and_resumes_exactly(v1_runs):
 
 
 def test_the_example_config_is_a_v1_cpu_run():
-    """examples/configs/verl_cpu_tiny.yaml selects V1 with the CPU rollout, and its reward functions reach
-    verl's reward loop (``+reward_kwargs`` in the ``verl:`` section: a key verl's config lacks)."""
+    """examples/configs/verl_cpu_tiny.yaml selects V1 with the CPU rollout, and the reward functions of its
+    ``rewards:`` list reach verl's reward loop (the rlhooks adapter's reward_kwargs)."""
     from rlhooks.engines.verl.main import build_config
 
     root = Path(__file__).resolve().parents[2]

@@ -68,3 +68,17 @@ def test_the_adapter_is_recognized_by_path_and_its_functions_read_from_reward_kw
     cfg = compose_verl_config(["reward.custom_reward_function.path=/x/rlhooks/plugins/rewards/verl_adapter.py",
                                "+reward.custom_reward_function.reward_kwargs.functions=[check_answer]"])
     assert adapter_functions(cfg) == ("check_answer",)
+
+
+def test_prompt_stage_top_ups_concatenate_with_a_batch_that_carries_global_steps():
+    """A prompt filter's refill on V1: the step's earlier prompt batch carries the ``global_steps`` the
+    trainer assigned, a fresh top-up from verl's dataloader does not; TensorDict.cat needs equal keys."""
+    from verl.utils import tensordict_utils as tu
+
+    from rlhooks.engines.verl.v1.trainer import _PromptSource
+
+    first = tu.get_tensordict({"uid": np.array(["a"], dtype=object), "rlhooks_row": torch.tensor([4])})
+    tu.assign_non_tensor_data(first, "global_steps", 2)
+    top_up = tu.get_tensordict({"uid": np.array(["b"], dtype=object), "rlhooks_row": torch.tensor([7])})
+    out = _PromptSource(None).concat([first, top_up])
+    assert list(out["uid"]) == ["a", "b"] and out["rlhooks_row"].tolist() == [4, 7]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
+from omegaconf import OmegaConf
+
 import pytest
 
 pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="needs verl[verl-core]")
@@ -375,3 +377,65 @@ def test_run_picks_the_task_runner_of_the_trainer_in_use(monkeypatch):
     from rlhooks.engines.verl.v1.runner import RLHooksTaskRunnerV1
 
     assert picked == [RLHooksTaskRunnerV1, RLHooksTaskRunner]
+
+
+# -- rewards: on V1 (verl's reward loop scores through the rlhooks adapter) ---------------------------
+
+ADAPTER = "pkg://rlhooks.plugins.rewards.verl_adapter"
+
+
+def _rewards_yaml(tmp_path, rewards, verl=None):
+    import yaml
+
+    path = tmp_path / "rlhooks.yaml"
+    path.write_text(yaml.safe_dump({"rewards": rewards, **({"verl": verl} if verl else {})}))
+    return str(path)
+
+
+def test_v1_rewards_list_becomes_verls_reward_function_openly(tmp_path, capsys):
+    """rewards: (names, weights, error scores, options) -> the adapter's reward_kwargs, which verl's own
+    loader (get_custom_reward_fn) turns into the function its reward-loop workers call."""
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    rewards = [{"name": "check_answer", "weight": 2.0, "error_score": -1.0}, "format_exact", "source_metrics",
+               "reward_monitor"]
+    cfg = build_config(_rewards_yaml(tmp_path, rewards), [])
+    custom = cfg.reward.custom_reward_function
+    assert custom.path == ADAPTER and custom.name == "compute_score"
+    assert OmegaConf.to_container(custom.reward_kwargs) == {
+        "functions": ["check_answer", "format_exact"], "weights": [2.0, 1.0],
+        "error_score": {"check_answer": -1.0, "format_exact": 0.0}}
+    assert "reward.custom_reward_function (at verl's default) is set to the rlhooks adapter" in capsys.readouterr().err
+    scores = get_custom_reward_fn(cfg)("math", "<reasoning>3+4</reasoning><answer>7</answer>", "7")
+    assert scores["check_answer"] > 0 and set(scores) >= {"check_answer", "format_exact", "acc"}
+    assert scores["score"] == pytest.approx(2.0 * scores["check_answer"] + scores["format_exact"])
+
+
+def test_v1_rewards_fill_the_adapter_the_user_named_without_functions(tmp_path, capsys):
+    verl = {"reward": {"custom_reward_function": {"path": ADAPTER, "name": "compute_score"}}}
+    cfg = build_config(_rewards_yaml(tmp_path, ["check_numbers", "reward_monitor"], verl), [])
+    assert list(cfg.reward.custom_reward_function.reward_kwargs.functions) == ["check_numbers"]
+    assert "its reward_kwargs (no functions set) are now {'functions': ['check_numbers']" in capsys.readouterr().err
+    # the same functions named in both places agree: kept as the user wrote them
+    same = ["+reward.custom_reward_function.reward_kwargs.functions=[check_numbers]"]
+    cfg = build_config(_rewards_yaml(tmp_path, ["check_numbers"], verl), same)
+    assert OmegaConf.to_container(cfg.reward.custom_reward_function.reward_kwargs) == {"functions": ["check_numbers"]}
+
+
+def test_v1_rewards_conflicting_with_verls_reward_function_name_both_keys(tmp_path):
+    other = {"reward": {"custom_reward_function": {"path": "/my/score.py", "name": "my_score"}}}
+    with pytest.raises(ConfigError, match=r"(?s)rlhooks\.rewards: names the reward functions \['check_answer'\], but "
+                                          r"reward\.custom_reward_function\.path is '/my/score\.py'.*remove "
+                                          r"reward\.custom_reward_function"):
+        build_config(_rewards_yaml(tmp_path, ["check_answer"], other), [])
+    ours = {"reward": {"custom_reward_function": {"path": ADAPTER, "+reward_kwargs": {"functions": ["format_exact"]}}}}
+    with pytest.raises(ConfigError, match=r"rlhooks\.rewards: names the reward functions \['check_answer'\], but "
+                                          r"reward\.custom_reward_function\.reward_kwargs\.functions is \['format_exact'\]"):
+        build_config(_rewards_yaml(tmp_path, ["check_answer"], ours), [])
+
+
+def test_v1_observers_alone_and_the_legacy_trainer_leave_verls_reward_function_alone(tmp_path):
+    cfg = build_config(_rewards_yaml(tmp_path, ["source_metrics", "reward_monitor"]), [])
+    assert cfg.reward.custom_reward_function.path is None
+    cfg = build_config(_rewards_yaml(tmp_path, ["check_answer"]), ["trainer.use_v1=false"])
+    assert cfg.reward.custom_reward_function.path is None  # legacy scores rewards: in rlhooks itself

@@ -134,6 +134,7 @@ def build_config(rlhooks_yaml: str | None, args: Sequence[str], *, config_dir: s
         cfg[BLOCK] = OmegaConf.create(block)
         if trainer_in_use(cfg) == "v1":
             select_v1_parts(cfg, verl_args)
+            select_v1_rewards(cfg)
     rlhooks_config(cfg)  # every rlhooks config error now, before Ray and the models start
     return cfg
 
@@ -187,6 +188,77 @@ def select_v1_parts(cfg: Any, verl_args: Sequence[str]) -> dict[str, Any]:
             + " (see docs/how-to/verl.md, 'Choosing the trainer'; trainer.use_v1=false runs the legacy trainer)",
         )
     return set_here
+
+
+def adapter_reward_kwargs(config: Any) -> dict[str, Any]:
+    """The rlhooks adapter's ``reward_kwargs`` for the reward functions in the ``rlhooks.rewards:`` list
+    (names, weights, error scores and options as a run with those entries scores them)."""
+    from rlhooks.engines.verl.config import rlhooks_config
+
+    fns = [c for c in rlhooks_config(config).components() if c.is_reward_function]
+    if not fns:
+        return {}
+    kwargs: dict[str, Any] = {"functions": [c.name for c in fns], "weights": [float(c.weight) for c in fns]}
+    if any(c.error_score for c in fns):
+        kwargs["error_score"] = {c.name: float(c.error_score) for c in fns}
+    options = {c.name: dict(c.raw) for c in fns if c.raw}
+    if options:
+        kwargs["options"] = options
+    return kwargs
+
+
+def select_v1_rewards(cfg: Any) -> dict[str, Any]:
+    """On verl's V1 trainer, the reward functions of ``rlhooks.rewards:`` as verl's reward-loop setting.
+
+    V1 scores in verl's reward-loop workers, which run ``reward.custom_reward_function``: with that key at
+    verl's default (no path) it is set to the rlhooks adapter with the functions, weights, error scores and
+    options of ``rewards:`` (said in one warning). The adapter already named there with the same functions
+    (or none) is kept; another custom function, or the adapter with other functions, is a ConfigError
+    naming both keys. Returns what was set.
+    """
+    from omegaconf import OmegaConf
+
+    from rlhooks.engines.verl.v1 import ADAPTER_MODULE, adapter_functions
+
+    wanted = adapter_reward_kwargs(cfg)
+    if not wanted:
+        return {}
+    names = wanted["functions"]
+    custom = OmegaConf.select(cfg, "reward.custom_reward_function", default=None) or {}
+    path = custom.get("path")
+    if path:
+        given = OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs", default=None)
+        ours = adapter_functions(cfg)
+        if not ours:
+            problem = (f"reward.custom_reward_function.path is {path!r} (name {custom.get('name')!r}), another "
+                       "reward function than the rlhooks adapter")
+        elif given is None or "functions" not in given:
+            kwargs = {**wanted, **(OmegaConf.to_container(given) if given is not None else {})}
+            OmegaConf.update(cfg, "reward.custom_reward_function.reward_kwargs", kwargs, force_add=True)
+            log.warning("rlhooks.rewards names reward functions; verl's V1 trainer scores them in its reward-loop "
+                        "workers through the rlhooks adapter that reward.custom_reward_function names, so its "
+                        f"reward_kwargs (no functions set) are now {kwargs} (see docs/how-to/verl.md, "
+                        "'Reward functions on V1')")
+            return {"reward.custom_reward_function.reward_kwargs": kwargs}
+        elif list(ours) == names:
+            return {}
+        else:
+            problem = f"reward.custom_reward_function.reward_kwargs.functions is {list(ours)}"
+        raise ConfigError([ConfigIssue(
+            f"{BLOCK}.rewards",
+            f"names the reward functions {names}, but {problem}: verl's V1 trainer scores with one of them. "
+            f"Keep the functions under rewards: and remove reward.custom_reward_function from the verl "
+            f"settings (rlhooks then sets it to its adapter), or move the functions from rewards: to "
+            f"reward.custom_reward_function (see docs/how-to/verl.md, 'Reward functions on V1')",
+        )], "verl config")
+    setting = {"path": f"pkg://{ADAPTER_MODULE}", "name": "compute_score", "reward_kwargs": wanted}
+    OmegaConf.update(cfg, "reward.custom_reward_function", setting, force_add=True)
+    log.warning(
+        "rlhooks.rewards names reward functions; verl's V1 trainer scores in its reward-loop workers, so "
+        f"reward.custom_reward_function (at verl's default) is set to the rlhooks adapter: {setting} "
+        "(see docs/how-to/verl.md, 'Reward functions on V1')",
+    )
+    return {"reward.custom_reward_function": setting}
 
 
 # -- running ----------------------------------------------------------------------------------------

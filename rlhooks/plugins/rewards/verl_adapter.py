@@ -21,7 +21,8 @@ so the components reach the batch (and the DAPO filter's default ``acc`` metric 
 * options: ``{name: {option: value}}`` for reward functions that declare ``Options`` (a
   ``RewardFunction`` subclass); validated as the YAML config validates them, each problem with its
   key path ``reward_kwargs.options.<name>.<option>``. A function without Options takes none.
-* error_score: the score of a function that raises on a sample (default 0.0); such failures are
+* error_score: the score of a function that raises on a sample (default 0.0), or ``{name: score}``
+  per function (as ``error_score`` on a ``rewards:`` entry; unnamed ones 0.0); such failures are
   counted in ``reward_errors`` for that sample, like ``rewards/errors/<name>`` in rlhooks runs.
 * acc: 1.0 when ``check_answer`` gives 1.5 or more (exact or normalized match), else 0.0.
 """
@@ -127,6 +128,15 @@ def _weights(names: tuple[str, ...], weights: Mapping[str, float] | Sequence[flo
     return w
 
 
+def _error_scores(names: tuple[str, ...], error_score: float | Mapping[str, float]) -> dict[str, float]:
+    if isinstance(error_score, Mapping):
+        unknown = set(map(str, error_score)) - set(names)
+        if unknown:
+            raise ValueError(f"compute_score: error_score for {sorted(unknown)} but functions are {list(names)}")
+        return {n: float(error_score.get(n, 0.0)) for n in names}
+    return dict.fromkeys(names, float(error_score))
+
+
 def compute_score(
     data_source: str,
     solution_str: str,
@@ -135,7 +145,7 @@ def compute_score(
     *,
     functions: str | Sequence[str] | None = None,
     weights: Mapping[str, float] | Sequence[float] | None = None,
-    error_score: float = 0.0,
+    error_score: float | Mapping[str, float] = 0.0,
     options: Mapping[str, Mapping[str, Any]] | None = None,
     **kwargs: Any,
 ) -> dict[str, float]:
@@ -143,6 +153,7 @@ def compute_score(
     names = _names(functions)
     fns = _resolve(names, _options_key(names, options))
     ws = _weights(names, weights)
+    error_scores = _error_scores(names, error_score)
     info = dict(extra_info or {})
     info.setdefault("data_source", data_source)
     target = ground_truth if isinstance(ground_truth, str) else str(ground_truth)
@@ -151,6 +162,7 @@ def compute_score(
     total = 0.0
     for (name, fn), w in zip(fns, ws):
         failed[name] = 0.0
+        error_score = error_scores[name]
         try:
             value = float(fn(solution_str, target, **info))
         except Exception as exc:  # noqa: BLE001 - one bad sample must not stop verl's reward loop

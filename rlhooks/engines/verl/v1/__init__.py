@@ -16,6 +16,8 @@ This module itself imports nothing from verl: ``rlhooks train`` reads the names 
 
 from __future__ import annotations
 
+from typing import Any
+
 #: the trainer mode rlhooks registers (verl's sync trainer with the rlhooks hooks)
 TRAINER_MODE = "rlhooks_sync"
 #: verl's trainer mode it extends
@@ -28,3 +30,24 @@ ASYNC_TRAINER_MODES = {"colocate_async": "rlhooks_colocate_async"}
 #: trainer.v1.sampler.custom_sampler.{path,name} of the rlhooks replay buffer in an asynchronous mode
 ASYNC_REPLAY_BUFFER_PATH = "pkg://rlhooks.engines.verl.v1.async_trainers"
 ASYNC_REPLAY_BUFFER_NAME = "RLHooksReplayBufferAsync"
+
+#: the rlhooks reward adapter, as reward.custom_reward_function.path may name it
+ADAPTER_MODULE = "rlhooks.plugins.rewards.verl_adapter"
+
+
+def adapter_functions(config: Any) -> tuple[str, ...]:
+    """The reward functions verl's reward loop runs through the rlhooks adapter (none when
+    ``reward.custom_reward_function`` is another function)."""
+    from omegaconf import OmegaConf
+
+    custom = OmegaConf.select(config, "reward.custom_reward_function", default=None) or {}
+    path = str(custom.get("path") or "")
+    if not (path.endswith("rewards/verl_adapter.py") or path.replace("/", ".").endswith(ADAPTER_MODULE)):
+        return ()
+    from rlhooks.plugins.rewards.verl_adapter import _names
+
+    kwargs = custom.get("reward_kwargs") or {}
+    functions = kwargs.get("functions") if hasattr(kwargs, "get") else None
+    if functions is not None and not isinstance(functions, str):
+        functions = list(functions)
+    return _names(functions)

@@ -44,31 +44,13 @@ from rlhooks.core.manager import RunManager, merge_metrics
 from rlhooks.engines.verl import adapter, compat
 from rlhooks.engines.verl.config import BLOCK, rlhooks_config
 from rlhooks.engines.verl.state import read_state, resumed_folder, write_state
-from rlhooks.engines.verl.v1 import BASE_TRAINER_MODE, REPLAY_BUFFER_NAME, REPLAY_BUFFER_PATH, TRAINER_MODE
+from rlhooks.engines.verl.v1 import (  # noqa: F401 (ADAPTER_MODULE, adapter_functions: also imported from here)
+    ADAPTER_MODULE, BASE_TRAINER_MODE, REPLAY_BUFFER_NAME, REPLAY_BUFFER_PATH, TRAINER_MODE, adapter_functions,
+)
 from rlhooks.engines.verl.v1.batches import SCORED_FIELDS, _lengths, _padded, adapter_error_counts, prompt_batch, scored_batch
 from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer
 
 log = structlog.get_logger("rlhooks.verl")
-
-#: the rlhooks reward adapter, as reward.custom_reward_function.path may name it
-ADAPTER_MODULE = "rlhooks.plugins.rewards.verl_adapter"
-
-
-def adapter_functions(config: Any) -> tuple[str, ...]:
-    """The reward functions verl's reward loop runs through the rlhooks adapter (none when
-    ``reward.custom_reward_function`` is another function)."""
-    custom = OmegaConf.select(config, "reward.custom_reward_function", default=None) or {}
-    path = str(custom.get("path") or "")
-    if not (path.endswith("rewards/verl_adapter.py") or path.replace("/", ".").endswith(ADAPTER_MODULE)):
-        return ()
-    from rlhooks.plugins.rewards.verl_adapter import _names
-
-    kwargs = custom.get("reward_kwargs") or {}
-    functions = kwargs.get("functions") if hasattr(kwargs, "get") else None
-    if functions is not None and not isinstance(functions, str):
-        functions = list(functions)
-    return _names(functions)
-
 
 @register_trainer(TRAINER_MODE)
 class RLHooksPPOTrainerSync(PPOTrainerSync):
@@ -111,14 +93,18 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         self.rl = RunManager(rlhooks_config(self.config, steps=max(int(self.total_training_steps), 1)),
                              extra_plugins=self._rlhooks_plugins)
         self.driver = StepDriver(self.rl)
-        if self.rl.rewards:
+        scored = adapter_functions(self.config)
+        if self.rl.rewards and list(scored) != self.rl.rewards.names:
+            # rlhooks train maps rewards: onto verl's reward loop (main.select_v1_rewards); a config built
+            # another way must do the same, or the listed functions would silently not score
             raise ConfigError([ConfigIssue(
                 f"{BLOCK}.rewards",
-                f"names reward functions ({', '.join(self.rl.rewards.names)}); on verl's V1 trainer they run in verl's "
-                f"reward-loop workers through the rlhooks adapter: set reward.custom_reward_function.path="
-                f"pkg://{ADAPTER_MODULE}, reward.custom_reward_function.name=compute_score and "
-                f"+reward.custom_reward_function.reward_kwargs.functions=[{','.join(self.rl.rewards.names)}], and keep "
-                f"only observers (source_metrics, reward_monitor) under rewards: (see docs/how-to/verl.md)",
+                f"names reward functions ({', '.join(self.rl.rewards.names)}), but verl's reward loop scores "
+                + (f"{list(scored)} through the rlhooks adapter" if scored else
+                   f"with reward.custom_reward_function={OmegaConf.select(self.config, 'reward.custom_reward_function')}")
+                + f"; on verl's V1 trainer the functions run in verl's reward-loop workers: set "
+                f"reward.custom_reward_function.path=pkg://{ADAPTER_MODULE}, .name=compute_score and "
+                f".reward_kwargs=rlhooks.engines.verl.main.adapter_reward_kwargs(config) (rlhooks train does this)",
             )], "verl config")
         filters = bool(self.rl.filters)
         if filters and self.config.data.get("gen_batch_size", None) != 1:
@@ -306,7 +292,9 @@ class _PromptSource:
     select = select_prompts
 
     def concat(self, payloads: list[Any]) -> Any:
-        return tu.concat_tensordict(payloads)
+        # a prompt batch from an earlier dispatch of the step carries the global_steps the trainer assigned,
+        # a fresh top-up does not (TensorDict.cat needs equal keys); _submit_batch_to_rollout assigns it again
+        return tu.concat_tensordict([p.exclude("global_steps") if "global_steps" in p.keys() else p for p in payloads])
 
 
 __all__ = ["RLHooksPPOTrainerSync", "adapter_functions"]

@@ -1,0 +1,118 @@
+"""The built-ins together on verl's V1 trainer, end to end on the CPU learner: the config composed as
+``rlhooks train`` composes it (``build_config``: the rlhooks trainer mode, replay buffer and the
+``rewards:`` functions mapped onto verl's reward loop), then verl's run_ppo with the rlhooks V1 TaskRunner
+for 3 steps. Enabled together: the multi_source sampler, selective_rollout (prompts skipped before the
+agent loop), the dapo filter, two weighted reward functions, source_metrics, reward_monitor with an alert,
+top/bottom-k sample tables, and the console, jsonl, tensorboard and wandb (offline) backends. Each one's
+metrics or files are read back from the run. Shares the session's hermetic Ray (``cpu_v1_ray``); minutes
+on 2 cores, so slow-marked.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("verl.trainer.ppo.v1", reason="needs verl[verl-core]")
+pytest.importorskip("transformers")
+pytest.importorskip("tensorboard")
+pytest.importorskip("wandb")
+
+from .test_cpu_v1_learner import STEPS  # noqa: E402
+from .test_v1_rlhooks_learner import _run  # noqa: E402
+
+pytestmark = [pytest.mark.verl, pytest.mark.slow]
+
+ALERT = {"metric": "rewards/count", "condition": "greater", "threshold": 0.0, "level": "warning",
+         "message": "fires every step (the test's alert)"}
+
+
+def _config(assets, out: Path):
+    from rlhooks.engines.verl.cpu import runner
+    from rlhooks.engines.verl.main import build_config
+
+    policy_dir, data = assets
+    rl = {
+        "run": {"out_dir": str(out / "runs"), "name": "builtins"},
+        "sampler": {"name": "multi_source"},
+        # skip prompts seen all-pass / all-fail before (keep 5%): with 8 prompts, step 2 on revisits them
+        "prompt_filters": [{"name": "selective_rollout", "p_easy": 0.05, "p_hard": 0.05, "adjust_step": 0.0,
+                            "seed": 1}],
+        "filters": [{"name": "dapo", "metric": "acc"}],
+        "rewards": [{"name": "check_answer", "weight": 2.0}, "format_exact", "source_metrics",
+                    {"name": "reward_monitor", "alerts": [ALERT]}],
+        "samples": [{"name": "top_bottom_k", "k": 2}],
+        "backends": ["console", "jsonl", "tensorboard", {"name": "wandb", "mode": "offline"}],
+    }
+    path = out / "rlhooks.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(rl))
+    return build_config(str(path), [
+        *runner.verl_overrides(policy_dir, data, micro_batch=16),
+        "data.train_batch_size=4", "data.seed=3", "data.train_max_samples=8", "data.val_max_samples=8",
+        "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=true",
+        "trainer.logger=[console,file]", "trainer.val_before_train=false", f"trainer.test_freq={STEPS}",
+        f"trainer.total_training_steps={STEPS}", "trainer.total_epochs=100", f"trainer.save_freq={STEPS}",
+        f"trainer.default_local_dir={out / 'ckpt'}", "trainer.experiment_name=v1-builtins",
+    ])
+
+
+@pytest.fixture(scope="module")
+def builtins_run(cpu_v1_ray, tmp_path_factory):
+    from rlhooks.engines.verl.cpu import runner
+
+    out = tmp_path_factory.mktemp("v1builtins")
+    assets = runner.prepare(out / "tiny")
+    cfg = _config(assets, out)
+    logged = _run(cfg, out / "verl.jsonl")
+    return cfg, logged, out / "runs" / "builtins"
+
+
+def test_the_builtins_run_together_on_v1(builtins_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from tests.wandb_records import read_wandb_records
+
+    cfg, logged, run_dir = builtins_run
+    # rewards: reached verl's reward loop as the rlhooks adapter with the entries' weights
+    kwargs = cfg.reward.custom_reward_function.reward_kwargs
+    assert list(kwargs.functions) == ["check_answer", "format_exact"] and list(kwargs.weights) == [2.0, 1.0]
+    assert sorted(logged) == list(range(1, STEPS + 1))
+    for step, m in logged.items():  # verl's logger logged the merged dict: verl's metrics and rlhooks's
+        assert m["actor/grad_norm"] > 0
+        # the reward functions, scored in verl's reward-loop workers, read back per function
+        assert {"rewards/functions/check_answer", "rewards/functions/format_exact"} <= set(m)
+        assert m["rewards/errors/check_answer"] == 0 and m["rewards/errors/format_exact"] == 0
+        assert {"contributions/check_answer", "contributions/format_exact"} <= set(m)
+        # the sampler, the prompt stage and the dapo filter
+        assert any(k.startswith("sampler/weight/") for k in m), sorted(m)
+        assert m["prompt_filter/sampled"] >= 1 and "selective_rollout/p_easy" in m
+        assert m["filter/trained_groups"] == 4 and "filter/dropped_constant" in m
+        # source_metrics and reward_monitor (the alert fires every step)
+        assert any(k.startswith("source/") and k.endswith("/reward") for k in m), sorted(m)
+        assert m["rewards/count"] > 0 and m["alerts/warning"] >= 1
+    # selective_rollout skipped revisited prompts before the agent loop
+    assert logged[STEPS]["prompt_filter/skipped_total"] > 0, {s: m["prompt_filter/skipped_total"] for s, m in logged.items()}
+
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    tables = {(r["name"], r["step"]): r["rows"] for r in records if r["kind"] == "table"}
+    for step in range(1, STEPS + 1):
+        rows = tables[("samples/top_bottom_k", step)]
+        assert len(rows) == 4 and all("response" in r and "reward" in r for r in rows)
+        assert tables[("alerts", step)][0]["metric"] == "rewards/count"
+    scalars = {r["step"]: r for r in records if r["kind"] == "metrics"}
+    assert scalars[STEPS]["metrics"]["filter/trained_groups"] == 4
+
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0}).Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"rewards/functions/check_answer", "filter/trained_groups", "alerts/warning"} <= tags, sorted(tags)
+    assert [e.step for e in events.Scalars("filter/trained_groups")] == list(range(1, STEPS + 1))
+
+    (wandb_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    history = [r.history for r in read_wandb_records(wandb_file) if r.WhichOneof("record_type") == "history"]
+    keys = {item.key or "/".join(item.nested_key) for h in history for item in h.item}
+    assert {"rewards/functions/check_answer", "filter/trained_groups"} <= keys, sorted(keys)
