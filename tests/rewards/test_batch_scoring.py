@@ -51,6 +51,8 @@ class JudgeReward(RewardFunction):
 
 
 class TestJudgeReward(RewardFunctionContract):
+    plugin_class = JudgeReward  # collects only the hooks it implements (no skips)
+
     @pytest.fixture
     def component(self):
         return JudgeReward

@@ -50,6 +50,8 @@ class ShortestFirst(Sampler):
 
 
 class TestShortestFirstContract(SamplerContract):
+    plugin_class = ShortestFirst  # collects only the hooks it implements (no skips)
+
     @pytest.fixture
     def component(self):
         return ShortestFirst
