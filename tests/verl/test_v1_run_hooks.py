@@ -74,7 +74,7 @@ def v1_trainer(tmp_path, monkeypatch, plugin, steps=3, *overrides):
     t = object.__new__(RLHooksPPOTrainerSync)
     t.config, t.global_steps, t.use_critic, t.use_reference_policy = cfg, 0, False, False
     t.total_training_steps, t.steps_per_epoch = steps, steps
-    t._saved_folder, t._checkpoint_writer, t._in_training, t._val_metrics = None, None, False, None
+    t._saved_folder, t._checkpoint_writer, t._val_metrics = None, None, None
     t.adapter_functions, t._step_metrics = (), {}
     t.actor_rollout_wg, t.checkpoint_manager = ActorFiles(), NoWeightSync()
     t.checkpoint_callback = build_checkpoint_callback(cfg)
@@ -125,3 +125,42 @@ def test_a_plugin_stops_verls_v1_loop_with_a_checkpoint_and_resume_fires_on_load
     assert again.events[0] == ("on_load_checkpoint", 1, ckpt)  # before on_run_start, as documented
     assert sorted({e[1] for e in again.of("on_step_end")}) == [2]
 
+
+
+def test_the_v1_trainer_reads_the_dataset_columns_a_sampler_declares(tmp_path, monkeypatch):
+    """verl's V1 ``PPOTrainer.__init__`` and ``_init_dataloader`` (RLHFDataset over a parquet file) build the
+    rlhooks sampler of verl's StatefulDataLoader with the columns it declares (``columns``)."""
+    import attrs
+
+    from rlhooks.core.config import ComponentConfig
+    from rlhooks.engines.verl.v1 import trainer as v1
+
+    from ..samplers.test_sampler_columns import ShortestFirst
+    from .verl_shim_helpers import make_tokenizer, write_dataset
+
+    class ShortestFirstByIndex(ShortestFirst):  # the columns this test's parquet file has
+        columns = ("prompt_chars", "extra_info.index")
+
+        def __init__(self, options, data, *, batch_size, seed=0):
+            super(ShortestFirst, self).__init__(options, data, batch_size=batch_size, seed=seed)
+            self.order = np.lexsort((data.column("extra_info.index"), data.column("prompt_chars")))
+            self.pos = 0
+
+    def with_sampler(*args, **kwargs):  # the sampler's config entry as the registry gives it, not installed
+        comp = ComponentConfig(kind="sampler", name="shortest_first", path="sampler", options=None, on_error="raise",
+                               obj=ShortestFirstByIndex, distribution="tests")
+        return attrs.evolve(rlhooks_config(*args, **kwargs), sampler=comp)
+
+    monkeypatch.setattr(v1, "rlhooks_config", with_sampler)
+    data = write_dataset(tmp_path / "train.parquet", 12)
+    cfg = build_config(None, [f"data.train_files={data}", f"data.val_files={data}", "data.train_batch_size=4",
+                              "actor_rollout_ref.rollout.n=2", "data.max_prompt_length=64",
+                              "data.dataloader_num_workers=0", f"rlhooks.run.out_dir={tmp_path}"])
+    trainer = v1.RLHooksPPOTrainerSync(cfg)
+    trainer.tokenizer, trainer.processor = make_tokenizer(), None  # what _init_tokenizer sets (no model here)
+    trainer._init_dataloader()
+    sampler = trainer.train_dataloader.sampler
+    assert isinstance(sampler, ShortestFirstByIndex)
+    rows = trainer.train_dataset.inner.dataframe.to_list()
+    assert sampler.data.column("prompt_chars").tolist() == [float(len(r["prompt"][0]["content"])) for r in rows]
+    assert sampler.data.column("extra_info.index").tolist() == [float(r["extra_info"]["index"]) for r in rows]

@@ -8,9 +8,14 @@ unchanged; rlhooks joins at these points of a V1 step::
                            loop, the sampler tops up) -> on_batch_sampled -> verl dispatches to the agent loop
     replay_buffer.sample   RLHooksReplayBuffer: each finished (scored) group -> learning state ->
                            on_rewards_computed -> filters; verl evicts the dropped groups and refills
-    verl                   old log-probs, ref, values, advantages, critic/actor update, checkpoint (+ rlhooks.pt)
+    verl                   old log-probs, ref, values, advantages, critic/actor update, checkpoint in
+                           checkpoints.CheckpointWriter's order (rlhooks.pt seals it, then the tracker)
+    on_validate_end        on_validation_end with verl's validation metrics (the initial one as step 0),
+                           what plugins return merged into them
     _compute_metrics       verl's metrics, then on_step_end on the trained batch (read from TransferQueue)
-                           -> rlhooks backends and tables; the merged dict is what verl's logger logs
+                           -> rlhooks backends and tables; the merged dict is what verl's logger logs;
+                           rlhooks.pt rewritten (on_save_checkpoint); a plugin's stop: this step's
+                           checkpoint, then verl's loop ends (total_training_steps lowered to this step)
 
 The rlhooks sampler is the sampler of verl's own StatefulDataLoader (``_init_dataloader``), over the train
 dataset wrapped so each prompt carries its row (``rlhooks_row``); its state is in verl's ``data.pt`` and
@@ -84,7 +89,6 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         self._step_metrics: dict[str, float] = {}
         self._saved_folder: str | None = None
         self._checkpoint_writer: checkpoints.CheckpointWriter | None = None
-        self._in_training = False  # False: a validation is the initial one (val_before_train)
         self._val_metrics: dict[str, Any] | None = None
         super().__init__(config)  # builds the replay buffer: verl's custom sampler
         if not isinstance(self.replay_buffer, RLHooksReplayBuffer):
@@ -169,10 +173,6 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
     def fit(self, agent_loop_manager):
         with self.rl.running():  # the initial validation (val_before_train) runs inside: plugins have started
             super().fit(agent_loop_manager)
-
-    def on_train_begin(self):
-        super().on_train_begin()
-        self._in_training = True
 
     # -- validation: on_validation_end (verl's on_validate_end has no metrics: _validate's are kept) ----
     def _validate(self, *args: Any, **kwargs: Any):
