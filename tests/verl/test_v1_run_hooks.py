@@ -7,8 +7,9 @@ verl's ``PPOTrainer.fit`` runs unchanged on the rlhooks trainer built without it
 needs Ray, workers and TransferQueue). What needs those is replaced on the instance, each keeping the
 contract fit() relies on: ``step`` returns an (empty) ``KVBatchMeta`` as verl's does, verl's
 ``_validate`` returns metrics under verl's own key scheme (``val-core/<source>/<var>/<metric>``), the
-checkpoint manager's ``update_weights``, TransferQueue's ``kv_clear`` and the trained-batch read are
-no-ops, the actor worker group writes its checkpoint folder as verl's FSDP manager lays it out."""
+checkpoint manager's ``update_weights``, TransferQueue's ``kv_clear`` and verl's own ``_compute_metrics``
+(TransferQueue reads) are no-ops, the trained batch read from TransferQueue is a two-row Batch with its
+columns, the actor worker group writes its checkpoint folder as verl's FSDP manager lays it out."""
 
 from __future__ import annotations
 
