@@ -358,6 +358,7 @@ def test_a_checkpoint_verl_wrote_alone_still_resumes(actor, tmp_path):
 
 
 @pytest.mark.slow  # three `rlhooks train` processes on the CPU learner (~1 min each here)
+@pytest.mark.parametrize("trainer_kind", ["v1"])  # once: the example config runs verl's default trainer, V1
 def test_rlhooks_train_refuses_a_damaged_or_deleted_checkpoint_in_one_line(tmp_path):
     """The documented CPU-learner commands: 2 steps with max_actor_ckpt_to_keep=1, then a truncated actor
     file, then the tracked step deleted: each later start exits 1 with one error line, no traceback."""
