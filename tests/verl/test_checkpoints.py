@@ -5,6 +5,7 @@ The actor is verl's ``FSDPCheckpointManager`` over the CPU learner's tiny policy
 whose ``save_checkpoint``/``load_checkpoint`` have the worker group's signatures, so the trainer's own
 ``_save_checkpoint``/``_load_checkpoint`` run on it unchanged. The trainer is built without its
 ``__init__`` (which needs workers, datasets and a run): the attributes these two methods read are set.
+Each test runs on both trainers: the legacy one (``legacy/trainer.py``) and V1's (``v1/trainer.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from rlhooks.core.errors import RLHooksError  # noqa: E402
 from rlhooks.engines.verl.cpu import platform, policy  # noqa: E402
 from rlhooks.engines.verl.main import compose_verl_config  # noqa: E402
 from rlhooks.engines.verl.legacy.trainer import RLHooksRayPPOTrainer  # noqa: E402
+from rlhooks.engines.verl.v1.trainer import RLHooksPPOTrainerSync  # noqa: E402
 
 pytestmark = pytest.mark.verl
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -80,14 +82,24 @@ def weights_step(actor) -> float:
     return float((p.full_tensor() if hasattr(p, "full_tensor") else p).flatten()[0])
 
 
-_BASE: list = []
+_BASE: dict = {}
+_TRAINER = {"kind": "legacy"}
+
+
+@pytest.fixture(autouse=True, params=["legacy", "v1"])
+def trainer_kind(request):
+    """Every test on the legacy trainer and on verl's V1 trainer (the same checkpoints.py rules)."""
+    _TRAINER["kind"] = request.param
+    yield request.param
+    _TRAINER["kind"] = "legacy"
 
 
 def verl_config(root: Path, *overrides: str):
-    """verl's composed config (composed once: Hydra takes seconds here) with the overrides merged."""
-    if not _BASE:
-        _BASE.append(compose_verl_config(["trainer.use_v1=false"]))
-    return OmegaConf.merge(_BASE[0], OmegaConf.from_dotlist([f"trainer.default_local_dir={root}", *overrides]))
+    """verl's composed config (composed once per trainer: Hydra takes seconds here) with the overrides merged."""
+    kind = _TRAINER["kind"]
+    if kind not in _BASE:
+        _BASE[kind] = compose_verl_config([f"trainer.use_v1={str(kind == 'v1').lower()}"])
+    return OmegaConf.merge(_BASE[kind], OmegaConf.from_dotlist([f"trainer.default_local_dir={root}", *overrides]))
 
 
 def make_trainer(actor, root: Path, run_dir: Path, *overrides: str):
@@ -95,7 +107,14 @@ def make_trainer(actor, root: Path, run_dir: Path, *overrides: str):
 
     actor.previous_saved_paths = []  # verl's rotation list is per process; here per test
     cfg = verl_config(root, *overrides)
-    trainer = object.__new__(RLHooksRayPPOTrainer)
+    if _TRAINER["kind"] == "v1":
+        from verl.trainer.ppo.checkpoint_callback import build_checkpoint_callback
+
+        trainer = object.__new__(RLHooksPPOTrainerSync)
+        trainer.checkpoint_callback = build_checkpoint_callback(cfg)  # as verl's V1 __init__ builds it
+        trainer._saved_folder, trainer._checkpoint_writer = None, None
+    else:
+        trainer = object.__new__(RLHooksRayPPOTrainer)
     trainer.config, trainer.global_steps, trainer._epoch = cfg, 0, 0
     trainer.actor_rollout_wg, trainer.use_critic = actor, False
     trainer.train_dataloader = StatefulDataLoader(list(range(40)), batch_size=4)
@@ -339,6 +358,7 @@ def test_a_checkpoint_verl_wrote_alone_still_resumes(actor, tmp_path):
 
 
 @pytest.mark.slow  # three `rlhooks train` processes on the CPU learner (~1 min each here)
+@pytest.mark.parametrize("trainer_kind", ["v1"])  # once: the example config runs verl's default trainer, V1
 def test_rlhooks_train_refuses_a_damaged_or_deleted_checkpoint_in_one_line(tmp_path):
     """The documented CPU-learner commands: 2 steps with max_actor_ckpt_to_keep=1, then a truncated actor
     file, then the tracked step deleted: each later start exits 1 with one error line, no traceback."""

@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="needs verl[verl-core]")
 
+from rlhooks import hookimpl  # noqa: E402
 from rlhooks.cli import main as rlhooks_main  # noqa: E402
 from rlhooks.core.errors import ConfigError  # noqa: E402
 from rlhooks.engines.verl.config import rlhooks_config  # noqa: E402
@@ -439,3 +440,57 @@ def test_v1_observers_alone_and_the_legacy_trainer_leave_verls_reward_function_a
     assert cfg.reward.custom_reward_function.path is None
     cfg = build_config(_rewards_yaml(tmp_path, ["check_answer"]), ["trainer.use_v1=false"])
     assert cfg.reward.custom_reward_function.path is None  # legacy scores rewards: in rlhooks itself
+
+
+class _Stopper:
+    """A plugin asking the run to stop (``run.request_stop``), as reward_monitor does."""
+
+    @hookimpl
+    def on_run_start(self, run):
+        run.request_stop("enough for this test")
+
+
+@pytest.mark.parametrize("stop, code", [(False, 0), (True, 3)])
+def test_rlhooks_train_exits_with_the_runs_recorded_outcome(tmp_path, monkeypatch, capsys, stop, code):
+    """verl's run_ppo returns normally either way; the run's own run_end record (a real RunManager with the
+    jsonl backend, in the run directory rlhooks train names) decides: stopped exits 3, as rlhooks simulate."""
+    import verl.trainer.main_ppo as main_ppo
+
+    from rlhooks.core.manager import RunManager
+    from rlhooks.engines.verl import main as rl_main
+
+    def task_runner(cfg, task_runner_class):  # what the rlhooks trainer does in the TaskRunner, minus training
+        rl = RunManager(rlhooks_config(cfg), extra_plugins=[("stopper", _Stopper())] if stop else [])
+        with rl.running():
+            pass
+
+    monkeypatch.setattr(main_ppo, "run_ppo", task_runner)
+    monkeypatch.setattr(rl_main, "validate_verl_config", lambda cfg, source=None: None)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "r").mkdir(parents=True)
+    (tmp_path / "runs" / "r" / "metrics.jsonl").write_text('{"kind": "run_end", "time": 0, "status": "failed"}\n')
+    rc = rlhooks_main(["train", "rlhooks.run.name=r", "rlhooks.run.out_dir=runs", "rlhooks.backends=[jsonl]"])
+    assert rc == code  # the earlier run's "failed" record (before this run's start) does not count
+    assert '"status": "' + ("stopped" if stop else "success") in (tmp_path / "runs" / "r" / "metrics.jsonl").read_text()
+
+
+def test_an_rlhooks_error_raised_in_the_task_runner_is_one_line_not_rays_traceback(monkeypatch, capsys):
+    import verl.trainer.main_ppo as main_ppo
+    from ray.exceptions import RayTaskError
+
+    from rlhooks.engines.verl import main as rl_main
+    from rlhooks.engines.verl.checkpoints import CheckpointError
+
+    def task_runner(cfg, task_runner_class):  # ray.get of the TaskRunner's run raises what Ray wrapped
+        try:
+            raise CheckpointError("cannot resume from step 3: the folder does not exist")
+        except CheckpointError as exc:
+            wrapped = RayTaskError("TaskRunner.run", "Traceback (most recent call last):\n  remote frames", exc)
+            raise wrapped.as_instanceof_cause() from None
+
+    monkeypatch.setattr(main_ppo, "run_ppo", task_runner)
+    monkeypatch.setattr(rl_main, "validate_verl_config", lambda cfg, source=None: None)
+    assert rlhooks_main(["train"]) == 1
+    err = capsys.readouterr().err
+    assert "error: cannot resume from step 3: the folder does not exist\n" in err
+    assert "Traceback" not in err and "remote frames" not in err

@@ -51,7 +51,7 @@ _PROTO = "verl.protocol:DataProto."
 
 #: verl code both trainers' rlhooks code relies on (adapter, state, metrics)
 SHARED_RELIED_ON: tuple[str, ...] = (
-    "verl.utils.checkpoint.checkpoint_manager:find_latest_ckpt_path",  # state.resumed_folder
+    "verl.utils.checkpoint.checkpoint_manager:find_latest_ckpt_path",  # how verl picks the folder plan_resume checks
     "verl.trainer.ppo.metric_utils:compute_data_metrics",
     "verl.utils.metric:reduce_metrics",
     # the DataProto methods the shim and its adapter use (a copy-on-read DataProto is covered by
@@ -99,15 +99,17 @@ LEGACY_RELIED_ON: tuple[str, ...] = (
 #: verl code the V1 trainer (v1/) subclasses, overrides or calls: not restated, but the lifecycle it hooks
 #: into (where fit() calls _compute_metrics, what sample() does with _dapo_filtered_keys) is verl's
 V1_RELIED_ON: tuple[str, ...] = (
-    _V1 + "fit",  # the order: step -> _save_checkpoint -> on_step_end -> _compute_metrics -> logger.log
+    _V1 + "fit",  # the order: step -> _save_checkpoint -> on_step_end -> on_validate_end -> _compute_metrics
+    # -> logger.log; the loop runs while global_steps <= total_training_steps (a plugin's stop lowers the latter)
+    _V1 + "_validate",  # wrapped: its metrics for on_validation_end (verl's on_validate_end receives none)
     _V1 + "__init__",  # builds the replay buffer (custom_sampler) before init()
     _V1 + "_build_replay_buffer",  # the kwargs a custom sampler receives
     _V1 + "_init_dataloader",  # overridden: the rlhooks sampler and row index on verl's StatefulDataLoader
     _V1 + "_submit_batch_to_rollout",  # overridden: on_batch_sampled and prompt filters before the agent loop
     _V1 + "_fetch_one_gen_batch",  # the prompts' TensorDict (uid) the override receives
     _V1 + "_compute_metrics",  # overridden: on_step_end with verl's metrics, merged before logger.log
-    _V1 + "_save_checkpoint",
-    _V1 + "_load_checkpoint",
+    _V1 + "_save_checkpoint",  # restated in checkpoints.CheckpointWriter.save, as for the legacy trainer
+    _V1 + "_load_checkpoint",  # called after checkpoints.plan_resume, its errors turned into load_error
     _V1 + "_reissue_inflight_prompts",  # async modes: prompts in flight at a checkpoint bypass on_batch_sampled
     "verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync",
     "verl.trainer.ppo.v1.trainer_base:register_trainer",

@@ -336,8 +336,69 @@ def run_from_args(args: argparse.Namespace) -> int:
         print("# rlhooks (resolved)")
         print(rlhooks_config(cfg).to_yaml())
         return 0
-    run(cfg)
-    return 0
+    metrics_file = run_metrics_file(cfg)
+    start = metrics_file.stat().st_size if metrics_file.is_file() else 0
+    try:
+        run(cfg)
+    except Exception as exc:  # noqa: BLE001 - re-raised, unwrapped where Ray wrapped an rlhooks error
+        cause = raised_in_ray(exc)
+        if cause is not exc and isinstance(cause, RLHooksError):
+            raise cause from None  # its one-line message, not Ray's remote traceback
+        raise
+    return exit_code_of(run_outcome(metrics_file, start))
+
+
+def raised_in_ray(exc: BaseException) -> BaseException:
+    """The exception a Ray task or actor raised (the TaskRunner's), when Ray wrapped it (RayTaskError,
+    whose message is the remote traceback); ``exc`` otherwise."""
+    try:
+        from ray.exceptions import RayTaskError
+    except ImportError:
+        return exc
+    for _ in range(8):  # nested tasks wrap once per level
+        cause = getattr(exc, "cause", None)
+        if not isinstance(exc, RayTaskError) or not isinstance(cause, BaseException):
+            break
+        exc = cause
+    return exc
+
+
+def run_metrics_file(cfg: Any) -> Path:
+    """The run's metrics.jsonl (where the jsonl backend records the run's outcome, ``run_end``)."""
+    from rlhooks.core.records import METRICS_FILE
+
+    run_cfg = rlhooks_config(cfg).run
+    return Path(run_cfg.out_dir) / run_cfg.name / METRICS_FILE
+
+
+def run_outcome(metrics_file: Path, start: int = 0) -> str | None:
+    """The status of the last ``run_end`` record written past byte ``start`` of ``metrics_file`` (the run
+    that just ended; a resumed run appends to the file); None when there is none (no jsonl backend): the
+    command then exits 0, as verl returned normally."""
+    import json
+
+    if not metrics_file.is_file():
+        return None
+    status = None
+    with metrics_file.open("rb") as fh:
+        fh.seek(start)
+        for line in fh:
+            if b'"run_end"' not in line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("kind") == "run_end":
+                status = record.get("status")
+    return status
+
+
+def exit_code_of(status: str | None) -> int:
+    """``rlhooks train``'s exit code: 0 success (or no recorded outcome), 3 stopped, 1 failed (core.run)."""
+    from rlhooks.core.run import exit_code_of as code_of
+
+    return 0 if status is None else code_of(status)
 
 
 def main(argv: list[str] | None = None) -> int:

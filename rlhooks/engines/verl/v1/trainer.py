@@ -8,9 +8,14 @@ unchanged; rlhooks joins at these points of a V1 step::
                            loop, the sampler tops up) -> on_batch_sampled -> verl dispatches to the agent loop
     replay_buffer.sample   RLHooksReplayBuffer: each finished (scored) group -> learning state ->
                            on_rewards_computed -> filters; verl evicts the dropped groups and refills
-    verl                   old log-probs, ref, values, advantages, critic/actor update, checkpoint (+ rlhooks.pt)
+    verl                   old log-probs, ref, values, advantages, critic/actor update, checkpoint in
+                           checkpoints.CheckpointWriter's order (rlhooks.pt seals it, then the tracker)
+    on_validate_end        on_validation_end with verl's validation metrics (the initial one as step 0),
+                           what plugins return merged into them
     _compute_metrics       verl's metrics, then on_step_end on the trained batch (read from TransferQueue)
-                           -> rlhooks backends and tables; the merged dict is what verl's logger logs
+                           -> rlhooks backends and tables; the merged dict is what verl's logger logs;
+                           rlhooks.pt rewritten (on_save_checkpoint); a plugin's stop: this step's
+                           checkpoint, then verl's loop ends (total_training_steps lowered to this step)
 
 The rlhooks sampler is the sampler of verl's own StatefulDataLoader (``_init_dataloader``), over the train
 dataset wrapped so each prompt carries its row (``rlhooks_row``); its state is in verl's ``data.pt`` and
@@ -29,7 +34,7 @@ import structlog
 import transfer_queue as tq
 from omegaconf import OmegaConf, open_dict
 from torchdata.stateful_dataloader import StatefulDataLoader
-from verl.trainer.ppo.utils import create_rl_sampler
+from verl.trainer.ppo.utils import Role, create_rl_sampler
 from verl.trainer.ppo.v1.replay_buffer import DAPO_FILTERED_REWARD_COUNTS_KEY
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
@@ -38,12 +43,13 @@ from verl.utils.dataset.rl_dataset import collate_fn
 
 from rlhooks.core import batch as cols
 from rlhooks.core.batch import Batch
+from rlhooks.core.data import declared_columns
 from rlhooks.core.driver import StepDriver
 from rlhooks.core.errors import ConfigError, ConfigIssue
 from rlhooks.core.manager import RunManager, merge_metrics
-from rlhooks.engines.verl import adapter, compat
+from rlhooks.core.records import METRICS_FILE
+from rlhooks.engines.verl import adapter, checkpoints, compat
 from rlhooks.engines.verl.config import BLOCK, rlhooks_config
-from rlhooks.engines.verl.state import read_state, resumed_folder, write_state
 from rlhooks.engines.verl.v1 import (  # noqa: F401 (ADAPTER_MODULE, adapter_functions: also imported from here)
     ADAPTER_MODULE, BASE_TRAINER_MODE, REPLAY_BUFFER_NAME, REPLAY_BUFFER_PATH, TRAINER_MODE, adapter_functions,
 )
@@ -64,6 +70,8 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         self._rlhooks_plugins = list(rlhooks_plugins)
         self._step_metrics: dict[str, float] = {}
         self._saved_folder: str | None = None
+        self._checkpoint_writer: checkpoints.CheckpointWriter | None = None
+        self._val_metrics: dict[str, Any] | None = None
         super().__init__(config)  # builds the replay buffer: verl's custom sampler
         if not isinstance(self.replay_buffer, RLHooksReplayBuffer):
             raise ConfigError([ConfigIssue(
@@ -117,7 +125,8 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         dataset = adapter.RowIndexedDataset(self.train_dataset)
         needs = [f"the rlhooks sampler {c.name!r} ({c.path})" for c in [self.rl.config.sampler] if c is not None]
         needs += [f"the prompt filter {c.name!r} ({c.path})" for c in self.rl.config.prompt_filters]
-        columns = adapter.dataset_columns(dataset, needed_by=" and ".join(needs)) if needs else None
+        declared = declared_columns(self.rl.config.sampler.obj) if self.rl.config.sampler is not None else ()
+        columns = adapter.dataset_columns(dataset, needed_by=" and ".join(needs), columns=declared) if needs else None
         if columns is not None:
             self.rl.attach_data(columns)
         sampler = None
@@ -148,8 +157,23 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         )
 
     def fit(self, agent_loop_manager):
-        with self.rl.running():
+        with self.rl.running():  # the initial validation (val_before_train) runs inside: plugins have started
             super().fit(agent_loop_manager)
+
+    # -- validation: on_validation_end (verl's on_validate_end has no metrics: _validate's are kept) ----
+    def _validate(self, *args: Any, **kwargs: Any):
+        self._val_metrics = val = super()._validate(*args, **kwargs)
+        return val
+
+    def on_validate_end(self):
+        """``on_validation_end`` with verl's validation metrics (the initial validation as the resumed step,
+        0 from scratch); what plugins return is merged into the same dict, which verl logs."""
+        super().on_validate_end()
+        val, self._val_metrics = self._val_metrics, None
+        if val is None:
+            return
+        step = self.global_steps
+        val.update(self.rl.validation_end(step, val, adapter.validation_per_source(val)))
 
     # -- a step --------------------------------------------------------------------------------
     def on_step_begin(self):
@@ -208,9 +232,22 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         metrics.update(merged)
         if table is not None:
             metrics[DAPO_FILTERED_REWARD_COUNTS_KEY] = table
+        stop = self.rl.stop_requested  # a plugin's run.request_stop(reason): checkpoint this step, end
+        if stop and self._saved_folder is None:
+            self._save_checkpoint()
         if self._saved_folder is not None:  # checkpointed this step: the state after on_step_end
             self._write_rlhooks_state(self._saved_folder)
+            self.rl.checkpoint_saved(global_steps, self._saved_folder)
             self._saved_folder = None
+        if stop:
+            self._end_after_this_step(global_steps)
+
+    def _end_after_this_step(self, step: int) -> None:
+        """verl's fit() loops while ``global_steps <= total_training_steps`` and adds 1 after logging this
+        step: the loop ends there, through on_train_end, as at the end of the data."""
+        log.warning(f"stopping after step {step} as a plugin requested: {self.rl.context.stop_reason}",
+                    step=step, stopped_by=self.rl.context.stopped_by)
+        self.total_training_steps = min(int(self.total_training_steps), step)
 
     def _filter_metrics(self, trained: Batch, metrics: dict[str, Any]) -> dict[str, float]:
         """The legacy path's step metrics, from V1's replay buffer: generation dispatches, and with filters
@@ -251,28 +288,50 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         columns[cols.FINAL_REWARD] = _padded(rewards).float().sum(-1).cpu().numpy().astype(np.float64)
         return trained.with_columns(**columns)
 
-    # -- checkpoints: verl's, plus the state of every stateful rlhooks component ----------------
+    # -- checkpoints: verl's files, rlhooks's save order and resume rules (checkpoints.py) ----------
     def _save_checkpoint(self):
-        super()._save_checkpoint()  # data.pt holds the dataloader state, the sampler's included
-        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-        # verl saves before on_step_end; _compute_metrics rewrites the file once the step's hooks ran
-        self._write_rlhooks_state(folder)
-        self._saved_folder = folder
+        """verl's V1 ``_save_checkpoint`` (fingerprinted) in checkpoints.CheckpointWriter's order: a kill never
+        leaves the tracker on an incomplete checkpoint, nor rotation without a complete one. verl's async
+        modes' TransferQueue state is written before the seal, which lists its files."""
+        if self._checkpoint_writer is None:
+            checkpoints.check_settings(self.config)
+            self._checkpoint_writer = checkpoints.CheckpointWriter.from_config(self.config.trainer, use_critic=self.use_critic)
+        workers = {"actor": self.actor_rollout_wg, **({str(Role.Critic): self.critic_wg} if self.use_critic else {})}
+        step = self.global_steps
+        before_seal = None
+        if self.trainer_mode != "sync":  # as verl: in-flight prompts survive a restart
+            def before_seal(folder):
+                tq.save_checkpoint(os.path.join(folder, "transfer_queue"), metadata={"global_steps": step})
+        # data.pt holds the dataloader state, the sampler's included; rlhooks.pt is written before on_step_end
+        # and _compute_metrics rewrites it once the step's hooks ran; this one covers a crash between
+        folder = self._checkpoint_writer.save(step, workers, self.train_dataloader.state_dict(),
+                                              self._rlhooks_state(), before_seal=before_seal)
+        self._saved_folder = str(folder)
+        self.checkpoint_callback.on_save(trainer=self, global_step=step, checkpoint_dir=str(folder), async_save=False)
+
+    def _rlhooks_state(self) -> dict[str, Any]:
+        return {"components": self.rl.state_dict(), "trainer": TRAINER_MODE}
 
     def _write_rlhooks_state(self, folder: str) -> None:
-        write_state(folder, self.rl.state_dict(), trainer=TRAINER_MODE)
+        checkpoints.write_state(folder, self._rlhooks_state())  # keeps the seal's list of files
 
     def _load_checkpoint(self):
-        out = super()._load_checkpoint()
-        folder = resumed_folder(self.config.trainer, self.global_steps)
-        if folder is None:
+        """verl's load, after checkpoints.plan_resume: a missing tracked checkpoint, a damaged file or a
+        spliced run directory is one CheckpointError naming the way out, not a traceback nor a silent restart."""
+        plan = checkpoints.plan_resume(self.config, use_critic=self.use_critic,
+                                       metrics_file=self.rl.run_dir / METRICS_FILE)
+        try:
+            out = super()._load_checkpoint()  # verl's rules pick plan.folder (the tracked or the named one)
+        except Exception as exc:
+            if plan.folder is None:
+                raise
+            raise checkpoints.load_error(plan, exc, self.config.trainer.default_local_dir,
+                                         checkpoints.roles_of(self.config, self.use_critic)) from exc
+        if plan.folder is None or plan.state is None:
             return out
-        state = read_state(folder)
-        if state is None:
-            log.warning("checkpoint has no rlhooks state; samplers and other components start fresh", folder=folder)
-            return out
-        self.rl.load_state_dict(state["components"])
-        log.info("restored rlhooks state", folder=folder, components=list(state["components"]))
+        self.rl.load_state_dict(plan.state["components"])
+        log.info("restored rlhooks state", folder=str(plan.folder), components=list(plan.state["components"]))
+        self.rl.checkpoint_loaded(self.global_steps, str(plan.folder))
         return out
 
 
