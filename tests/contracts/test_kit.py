@@ -414,6 +414,7 @@ def _run(pytester: pytest.Pytester) -> tuple[dict[str, str], dict[str, str]]:
     return out, text
 
 
+@pytest.mark.slow  # make test's 5-minute budget (CI runs slow tests)
 def test_broken_plugins_fail_the_right_checks(pytester: pytest.Pytester) -> None:
     out, text = _run(pytester)
     must_fail = [

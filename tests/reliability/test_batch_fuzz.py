@@ -261,6 +261,7 @@ def test_random_batches_through_every_builtin_plugin(sampler: str, tmp_path: Pat
 @settings(max_examples=60, deadline=None)
 @given(response=st.one_of(TEXTS, st.none(), st.integers(), st.floats(), st.binary(max_size=8)),
        target=st.one_of(TEXTS, st.integers(), st.floats(), st.none()))
+@pytest.mark.slow  # make test's 5-minute budget (CI runs slow tests)
 def test_reward_functions_on_random_text(response: Any, target: Any) -> None:
     """A str response scores inside the function's declared range; another type is a TypeError
     saying which argument, which the reward pipeline turns into error_score with a count."""

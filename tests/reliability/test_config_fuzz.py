@@ -88,6 +88,7 @@ def load_outcome(source) -> Config | ConfigError:
         return exc
 
 
+@pytest.mark.slow  # make test's 5-minute budget (CI runs slow tests)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents())
 def test_random_documents_give_config_or_config_error(doc):

@@ -99,6 +99,7 @@ def test_run_without_a_jsonl_backend_is_a_success_without_a_report(tmp_path: Pat
     assert summary["status"] == "success" and summary["report"] is None
 
 
+@pytest.mark.slow  # make test's 5-minute budget (CI runs slow tests)
 def test_compare_over_a_run_that_lost_data_exits_1_naming_it(tmp_path: Path) -> None:
     for stem, path in (("ok", "metrics.jsonl"), ("full", "/dev/full")):
         (tmp_path / f"{stem}.yaml").write_text(f"backends: [{{name: jsonl, path: {path}}}]\n")

@@ -71,6 +71,7 @@ def _outcomes(run_dir: Path) -> tuple[str, str, str]:
     return run_end["status"], json.loads((run_dir / "summary.json").read_text())["status"], marker["status"]
 
 
+@pytest.mark.slow  # make test's 5-minute budget (CI runs slow tests)
 def test_a_report_that_cannot_be_written_is_a_warning_and_the_run_stays_a_success(tmp_path: Path) -> None:
     """Case 2: files capped at 100 kB (as a full disk would: the page is ~900 kB, the run's own files
     ~30 kB). The outcome is recorded whole first; the report's failure is a warning naming the file."""
@@ -202,6 +203,7 @@ def test_a_report_cut_short_or_drawn_later_is_the_runs_own_and_a_rerun_replaces_
     assert not (tmp_path / "d" / "report").exists()
 
 
+@pytest.mark.slow  # make test's 5-minute budget (CI runs slow tests)
 def test_plotting_is_loaded_before_the_reports_time_bound_starts(tmp_path: Path) -> None:
     """A time bound (or signal) that fired during the first `import matplotlib` left a half-imported
     module that broke every later chart of the process (``--compare``'s chart: AttributeError, exit 1).

@@ -31,7 +31,8 @@ def _wait_for_steps(jsonl: Path, steps: int = 3) -> None:
     raise AssertionError("the run did not start logging")
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143),
+                                           pytest.param(signal.SIGINT, 130, marks=pytest.mark.slow)])
 def test_signal_ends_the_run_interrupted_with_every_file(tmp_path: Path, sig: signal.Signals, code: int) -> None:
     proc = _start(tmp_path)
     run_dir = tmp_path / "sig"

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 
 from rlhooks.cli import main
 from rlhooks.core.metrics import split_source_key
@@ -21,6 +22,7 @@ VERL_NAMES = {"arith_add": "openai/gsm8k", "arith_mul": "lighteval/MATH",
               "chain": "DigitalLearningGmbH/MATH-lighteval", "logic": "HuggingFaceH4/MATH-500"}
 
 
+@pytest.mark.slow  # make test's 5-minute budget (CI runs slow tests)
 def test_simulated_run_on_verl_source_names_keeps_every_name(tmp_path, capsys):
     table = generate_table(60, 0, None)
     src = table.column("data_source").to_pylist()

@@ -147,6 +147,7 @@ def test_every_verl_config_in_the_readme_and_scripts_passes_verls_validation(tmp
         validate_verl_config(build_config(None, args))
 
 
+@pytest.mark.slow  # make test's 5-minute budget (CI runs slow tests)
 def test_verl_plugins_entry_point_configures_worker_logging():
     """`import verl` loads rlhooks' verl.plugins entry point, which follows RLHOOKS_LOG_JSON (as Ray workers do)."""
     import json
