@@ -153,7 +153,7 @@ def run(quick: bool) -> list[Result]:
     def level_up_and_draw() -> None:
         if cur.level >= cur.options.num_intervals:
             cur.level = 0
-        cur._level_up()
+        cur._level_up(1.0, "Benchmark:")
         cur.draw_batch(BATCH)
 
     t_level = median_time(level_up_and_draw, repeat=9, warmup=1)
