@@ -140,6 +140,8 @@ class CPURolloutServer:
     async def sleep(self):
         self.asleep = True
 
+    # HF generate() keeps no KV cache between requests and has no profiler or request queue: the
+    # vLLM server's cache, profile and drain controls below are no-ops here (VERL_NOTES "V1 on CPU", 4)
     async def clear_kv_cache(self):
         pass
 
