@@ -143,7 +143,9 @@ def test_generated_components_drive_a_simulated_run(generated, tmp_path):
     with sqlite3.connect(tmp_path / "runs" / "scaffolded" / "metrics.sqlite") as db:
         rows = db.execute("SELECT step, name FROM metrics WHERE name LIKE 'demo_kit/%'").fetchall()
     assert {(s, n) for s, n in rows} == {(s, n) for s in (1, 2, 3)
-                                          for n in ("demo_kit/long_fraction", "demo_kit/dropped_groups")}
+                                          for n in ("demo_kit/long_fraction", "demo_kit/dropped_groups",
+                                                    # on_validation_end: simulate.test_freq defaults to 1
+                                                    "demo_kit/worst_validation_score")}
     # the declared ranges reach the monitor: check_answer (-1, 3) + 2 x demo_kit_reward (0, 1)
     monitor = json.loads((tmp_path / "runs" / "scaffolded" / "reward_monitor.json").read_text())
     assert monitor["reward_range"] == [-1.0, 5.0]
