@@ -48,6 +48,15 @@ def test_the_async_trainer_has_verls_async_lifecycle_and_the_rlhooks_hooks() -> 
     assert issubclass(trainer, PPOTrainer)
 
 
+def test_verl_sees_each_rlhooks_trainer_as_the_mode_it_extends() -> None:
+    # verl's own code branches on trainer_mode's name (trainer_base: `!= "sync"` re-issues in-flight prompts,
+    # checkpoints TransferQueue); the registered rlhooks name must not switch those paths off
+    for registered, mode in ((v1.TRAINER_MODE, "sync"), (v1.ASYNC_TRAINER_MODES["colocate_async"], "colocate_async")):
+        trainer = object.__new__(get_trainer_cls(registered))
+        trainer.trainer_mode = registered  # what PPOTrainer.__init__ assigns from the config
+        assert (trainer.trainer_mode, trainer.registered_mode) == (mode, registered)
+
+
 def test_the_async_replay_buffer_is_verls_async_one_with_the_rlhooks_filters() -> None:
     buffer = RLHooksReplayBufferAsync
     assert issubclass(buffer, RLHooksReplayBuffer) and issubclass(buffer, ReplayBufferAsync)

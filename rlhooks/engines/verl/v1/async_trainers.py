@@ -91,6 +91,8 @@ class _AsyncHooks:
 class RLHooksPPOTrainerColocateAsync(_AsyncHooks, RLHooksPPOTrainerSync, PPOTrainerColocateAsync):
     """verl's ``colocate_async`` trainer driven by rlhooks plugins."""
 
+    VERL_TRAINER_MODE = "colocate_async"  # verl's async-only paths: TQ checkpoint, re-issued in-flight prompts
+
     on_init_end = PPOTrainerColocateAsync.on_init_end
     on_step_end = PPOTrainerColocateAsync.on_step_end
     on_sample_end = PPOTrainerColocateAsync.on_sample_end

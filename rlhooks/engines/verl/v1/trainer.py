@@ -84,10 +84,13 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
 
     # verl's V1 code branches on the mode's *name* (``trainer_mode != "sync"``: TransferQueue checkpoints,
     # re-issued in-flight prompts, gen_batch_size forced to 1, persisted prompt data). This trainer is verl's
-    # sync trainer under another registered name, so verl sees "sync"; the registered name is kept aside.
+    # sync trainer under another registered name, so verl sees "sync" (an async subclass names its verl
+    # mode in VERL_TRAINER_MODE); the registered name is kept aside.
+    VERL_TRAINER_MODE = BASE_TRAINER_MODE
+
     @property
     def trainer_mode(self) -> str:
-        return BASE_TRAINER_MODE
+        return self.VERL_TRAINER_MODE
 
     @trainer_mode.setter
     def trainer_mode(self, name: str) -> None:
