@@ -110,8 +110,10 @@ def one_run(name: str, seed: int, steps: int, test_freq: int, out: Path, assets:
         f"trainer.default_local_dir={out / 'ckpt'}", f"trainer.experiment_name={name}-seed{seed}",
     ])
     with open_dict(cfg):
-        cfg.rlhooks = OmegaConf.create({"run": {"out_dir": str(out / "runs"), "seed": seed},
-                                        "rewards": REWARDS, "backends": ["jsonl"], **CONFIGS[name]})
+        block = {"rewards": REWARDS, "backends": ["jsonl"], **CONFIGS[name]}
+        # the config's own run options (DAPO's max_num_gen_batches) join, never replace, the run's place
+        block["run"] = {**block.get("run", {}), "out_dir": str(out / "runs"), "seed": seed}
+        cfg.rlhooks = OmegaConf.create(block)
     items = tasks.items()
     counter = Counter({s: int((items["source"] == s).sum()) for s in tasks.SOURCES})
     started = time.perf_counter()
