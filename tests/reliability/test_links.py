@@ -145,6 +145,30 @@ def test_a_refused_directory_keeps_no_lock_file_and_a_failed_start_no_directory(
     assert not (tmp_path / "fresh").exists()  # neither the run directory nor out_dir is left behind
 
 
+def test_a_resumed_run_directory_never_appends_metrics_through_a_planted_link(tmp_path: Path, monkeypatch) -> None:
+    """`rlhooks train` resumes into its run directory without clearing it, so a `metrics.jsonl` link planted
+    there was appended to (the link's target got the run's records); now the JSONL backend refuses it (the
+    RunManager reports the backend's failure by name and ends the run "failed"), and its later records do
+    not go to the working directory either."""
+    from types import SimpleNamespace
+
+    from rlhooks.plugins.backends.jsonl import JsonlBackend
+
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(VICTIM)
+    run_dir = tmp_path / "out" / "train"
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").symlink_to(victim)
+    monkeypatch.chdir(tmp_path)
+    backend = JsonlBackend()
+    run = SimpleNamespace(run_dir=run_dir, name="train", redacted_config=dict, stop_reason=None)
+    for hook in (lambda: backend.on_run_start(run=run), lambda: backend.on_run_end(status="failed")):
+        with pytest.raises(RunDirError, match=r"train/metrics\.jsonl is a symbolic link; rlhooks never writes"):
+            hook()
+    assert victim.read_bytes() == VICTIM and (run_dir / "metrics.jsonl").is_symlink()
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
 # -- item 2: the comparison root ------------------------------------------------------------------
 
 
