@@ -37,11 +37,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     if own and out.is_symlink():
         raise RLHooksError(f"{out} is a symbolic link; the run's own report is written only into a real directory, "
                            f"never through a link: remove the link, or give --out DIR")
+    foreign = rundir.unrecorded(out) if own else set()  # put there after the run ended: never recorded as its own
     try:
         page = write_report(dirs, out)
     finally:  # a run's own report directory (also while the run runs: it owns report/ from its start)
         if own and out.exists():
-            rundir.adopt_derived(out)
+            rundir.adopt_derived(out, exclude=foreign)
     print(f"report: {page}")
     print(f"charts: {out}/*.png")
     return 0

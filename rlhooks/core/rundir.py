@@ -661,9 +661,29 @@ def _unclaimed_hint(run_dir: Path, rel: str, marker: dict[str, Any]) -> str:
             f"before creating the file (or create it with rlhooks.open_output(path)), so that a rerun may replace it")
 
 
-def adopt_derived(path: str | Path) -> bool:
+def unrecorded(path: str | Path) -> set[str]:
+    """What is under ``path`` (e.g. ``<run_dir>/report``) that the finished run holding it did not record:
+    files someone put there after the run ended. Paths relative to the run directory; empty when the
+    run has not finished (its end lists what is there then) or has no marker. Call before writing, and
+    pass it to ``adopt_derived`` as ``exclude``."""
+    p = Path(path).absolute()
+    marker = _read_marker(p.parent / MARKER_FILE)
+    if not marker or "files" not in marker or marker.get("finished") is None or not os.path.lexists(p):
+        return set()
+    recorded = {n for n in marker.get("files", []) if isinstance(n, str)}
+    found = {p.name}
+    if p.is_dir() and not p.is_symlink():
+        for root, dirs, names in os.walk(p):
+            rel = os.path.relpath(root, p.parent)
+            found.update(os.path.join(rel, n) for n in (*dirs, *names))
+    return found - recorded
+
+
+def adopt_derived(path: str | Path, *, exclude: Collection[str] = ()) -> bool:
     """Record ``path`` (e.g. ``<run_dir>/report``, drawn later by ``rlhooks report``) as the finished
     run's own, with the files in it now, so that a rerun of that run replaces it instead of refusing.
+    ``exclude``: what was there before and is not the run's (``unrecorded``): never recorded, so a
+    rerun refuses rather than delete it.
 
     Only for a finished run that rlhooks made and nobody holds; True if recorded. Never deletes.
     """
@@ -682,11 +702,11 @@ def adopt_derived(path: str | Path) -> bool:
         if "files" not in marker or marker.get("finished") is None:
             return False
         name = p.name
-        files = {n for n in marker.get("files", []) if isinstance(n, str)} | {name}
+        files = {n for n in marker.get("files", []) if isinstance(n, str)} | ({name} - set(exclude))
         if p.is_dir() and not p.is_symlink():
             for root, dirs, names in os.walk(p):
                 rel = os.path.relpath(root, run_dir)
-                files.update(os.path.join(rel, n) for n in (*dirs, *names))
+                files.update(r for r in (os.path.join(rel, n) for n in (*dirs, *names)) if r not in exclude)
         for key in ("owned", "entries"):
             marker[key] = sorted({*marker.get(key, []), name})
         marker["files"] = sorted(files)

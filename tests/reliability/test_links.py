@@ -292,6 +292,41 @@ def test_report_files_another_process_writes_while_the_run_runs_are_listed_at_it
     rundir.check_replaceable(tmp_path / "r", "rlhooks simulate")  # a rerun replaces it (it refused)
 
 
+def _finished_run_with_users_notes_in_report(tmp_path: Path) -> Path:
+    with rundir.RunDirectory.create(tmp_path, "r", command="rlhooks simulate") as rd:
+        with rundir.open_output(rd.path / "metrics.jsonl") as fh:
+            fh.write(json.dumps({"kind": "metrics", "step": 1, "time": 0.0, "metrics": {"rewards/mean": 0.5}}) + "\n")
+    (rd.path / "report").mkdir()
+    (rd.path / "report" / "notes.txt").write_text("mine")  # after the run ended: not the run's
+    return rd.path
+
+
+def _assert_notes_not_adopted(run_dir: Path) -> None:
+    files = json.loads((run_dir / MARKER_FILE).read_text())["files"]
+    assert "report/report.html" in files and "report/notes.txt" not in files
+    with pytest.raises(RunDirError, match=r"holds 'report(/notes.txt)?', which the earlier run did not write"):
+        rundir.check_replaceable(run_dir, "rlhooks simulate")
+    assert (run_dir / "report" / "notes.txt").read_text() == "mine"
+
+
+def test_a_report_recorded_after_the_run_ended_never_adopts_a_users_file(tmp_path: Path) -> None:
+    """adopt_derived recorded every file in report/ as the run's, a user's notes too, so the run's rerun
+    deleted them; now what was there before the report (``unrecorded``) stays out, and the rerun refuses."""
+    run_dir = _finished_run_with_users_notes_in_report(tmp_path)
+    foreign = rundir.unrecorded(run_dir / "report")
+    assert foreign == {"report", "report/notes.txt"}
+    rundir.write_atomic(run_dir / "report" / "report.html", "<html>")  # as write_report does
+    assert rundir.adopt_derived(run_dir / "report", exclude=foreign)
+    _assert_notes_not_adopted(run_dir)
+
+
+@pytest.mark.slow  # matplotlib draws the report (~5 s here)
+def test_rlhooks_report_after_the_run_ended_never_adopts_a_users_file(tmp_path: Path) -> None:
+    run_dir = _finished_run_with_users_notes_in_report(tmp_path)
+    assert main(["report", str(run_dir)]) == 0
+    _assert_notes_not_adopted(run_dir)
+
+
 @pytest.mark.slow
 def test_a_report_drawn_while_the_run_runs_is_the_runs_own(tmp_path: Path) -> None:
     """`rlhooks report RUN_DIR` on a running run, then the run ends: its rerun replaces report/ (it refused)."""
