@@ -89,6 +89,43 @@ def test_prepare_takes_over_the_prompts_an_earlier_rlhooks_wrote_without_a_marke
     assert pq.read_schema(data).metadata.get(b"rlhooks") == b"cpu-learner-tasks"
 
 
+class Killed(BaseException):
+    """A kill at a rename: nothing after it runs."""
+
+
+def test_a_prepare_killed_while_installing_the_policy_leaves_none_or_a_whole_one(tmp_path, capsys, monkeypatch):
+    """The files were renamed into a new policy/ one by one, the marker last: a kill between left policy/
+    without the marker, which every later prepare refused as "files prepare did not write"."""
+    real_replace = os.replace
+    for kill_at in range(3):
+        calls = []
+
+        def replace(src, dst, *, _k=kill_at, _calls=calls):
+            _calls.append(dst)
+            if len(_calls) - 1 == _k:
+                raise Killed(dst)
+            return real_replace(src, dst)
+
+        target = tmp_path / str(kill_at)
+        with monkeypatch.context() as mp:
+            mp.setattr(os, "replace", replace)
+            try:
+                policy.build_policy(target / "policy")
+            except Killed:
+                pass
+        assert not (target / "policy").exists() or (target / "policy" / policy.RECIPE_FILE).is_file(), kill_at
+        code, err = _prepare(target, capsys)
+        assert code == 0, err
+
+
+def test_prepare_into_a_file_is_one_error_line(tmp_path, capsys):
+    target = tmp_path / "notes.txt"
+    target.write_text("mine")
+    code, err = _prepare(target, capsys)
+    assert code == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"{target} exists and is not a directory" in err and target.read_text() == "mine"
+
+
 # -- item 7: the learner's inputs --------------------------------------------------------------------
 @pytest.fixture
 def prepared(tmp_path):

@@ -131,6 +131,9 @@ def run(cfg: Any, task_runner_class: Any = None) -> None:
 def prepare(directory: str | Path) -> tuple[Path, Path]:
     """The warm-started policy (``<dir>/policy``) and the RL prompts (``<dir>/train.parquet``)."""
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise tasks.PrepareError(f"{directory} exists and is not a directory: prepare writes policy/ and "
+                                 f"train.parquet into a directory. Give a directory, or a path that does not exist")
     policy.check_target(directory / "policy")  # both refusals before anything is written
     tasks.check_target(directory / "train.parquet")
     return policy.build_policy(directory / "policy"), tasks.write_dataset(directory / "train.parquet")
