@@ -227,7 +227,7 @@ class RunDirLock:
                 info = json.loads(text) if text.strip() else {}
             except (OSError, ValueError):  # not text, not JSON
                 info = None
-            if not isinstance(info, dict) or len(text) > _LOCK_MAX:
+            if not isinstance(info, dict) or set(info) - _LOCK_KEYS or len(text) > _LOCK_MAX:
                 fh.close()
                 raise RunDirError(f"{path} is not a lock file rlhooks made (it holds other data), so rlhooks does not "
                                   f"overwrite it; {what}")
@@ -273,6 +273,7 @@ class RunDirLock:
 
 #: an rlhooks lock file holds one short JSON record (pid, host, start, command)
 _LOCK_MAX = 4096
+_LOCK_KEYS = frozenset({"pid", "host", "started", "command"})
 
 
 def _names(path: Path, fh: Any) -> bool:

@@ -91,6 +91,19 @@ def test_simulate_never_empties_or_creates_a_file_through_a_planted_lock(tmp_pat
     assert sorted(os.listdir(lock.parent)) == [LOCK_FILE]  # the run wrote nothing
 
 
+def test_a_json_file_that_is_not_an_rlhooks_lock_record_is_refused_not_emptied(tmp_path: Path) -> None:
+    """Any JSON object was taken for a lock record, so someone's `.rlhooks.lock` holding one was emptied."""
+    lock = tmp_path / "run" / LOCK_FILE
+    lock.parent.mkdir()
+    lock.write_text('{"theme": "dark"}')
+    with pytest.raises(RunDirError, match=r"run/\.rlhooks\.lock is not a lock file rlhooks made \(it holds other data"):
+        rundir.RunDirLock(lock.parent).acquire()
+    assert lock.read_text() == '{"theme": "dark"}'
+    lock.write_text('{"pid": 1, "host": "h", "started": "2026-01-01T00:00:00+00:00", "command": "rlhooks run"}')
+    with rundir.locked(lock.parent):  # a dead run's record is taken over
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+
+
 def test_compare_train_and_report_refuse_a_linked_lock_too(tmp_path: Path) -> None:
     """Every lock user: --compare's root, RunManager.running() (what `rlhooks train` holds), and the lock
     `rlhooks report` takes to record a report in a finished run's marker."""
