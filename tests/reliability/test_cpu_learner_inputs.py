@@ -147,6 +147,14 @@ def test_the_prepared_files_pass(prepared):
     runner.check_local_files(_config(*prepared))
 
 
+def test_a_missing_validation_file_is_named_before_verl_reads_it(prepared, tmp_path):
+    """Only train_files was checked: a missing val_files failed later, inside verl's dataset loader."""
+    cfg = _config(*prepared)
+    cfg.data.val_files = [str(prepared[1]), str(tmp_path / "val.parquet")]
+    with pytest.raises(ConfigError, match=rf"verl.data.val_files: no file {tmp_path / 'val.parquet'}"):
+        runner.check_local_files(cfg)
+
+
 def test_a_prompt_file_without_prompt_or_reward_model_names_the_file_column_and_layout(prepared, tmp_path):
     data = tmp_path / "mine.parquet"
     pq.write_table(pa.table({"question": ["What is 2 + 2?"], "answer": ["4"], "data_source": ["x"]}), data)

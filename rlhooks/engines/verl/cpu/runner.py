@@ -63,10 +63,11 @@ def check_local_files(cfg: Any) -> None:
     policy_dir = Path(str(cfg.actor_rollout_ref.model.path)).expanduser()
     if not (policy_dir / "config.json").is_file():
         issues.append(ConfigIssue("verl.actor_rollout_ref.model.path", f"no model at {policy_dir} (no config.json)"))
-    files = cfg.data.train_files
-    for f in [files] if isinstance(files, str) else list(files):
-        if not Path(str(f)).expanduser().is_file():
-            issues.append(ConfigIssue("verl.data.train_files", f"no file {f}"))
+    for key in ("train_files", "val_files"):  # verl reads both before the first step
+        files = cfg.data.get(key) or []
+        for f in [files] if isinstance(files, str) else list(files):
+            if not Path(str(f)).expanduser().is_file():
+                issues.append(ConfigIssue(f"verl.data.{key}", f"no file {f}"))
     issues += policy.model_file_issues(cfg) + tasks.prompt_file_issues(cfg)  # unreadable or wrong layout
     if issues:
         hint = ("the CPU learner (trainer.device=cpu) trains a local policy: make the tiny one and its prompts "
