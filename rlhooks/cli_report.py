@@ -7,6 +7,7 @@ simulator's. matplotlib (the ``report`` extra) is imported when the command runs
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise RLHooksError(f"rlhooks report needs matplotlib ({exc}); install the 'report' extra: pip install -e '.[report]' in the rlhooks clone") from None
     dirs = [Path(d) for d in args.run_dirs]
     out = Path(args.out) if args.out else (dirs[0] / "report" if len(dirs) == 1 else Path("report"))
-    own = len(dirs) == 1 and out.absolute() == (dirs[0] / "report").absolute()
+    # the run's own report/, however --out spells it (out/r/../r/report, a link to the run directory)
+    own = len(dirs) == 1 and out.name == "report" and os.path.realpath(out.parent) == os.path.realpath(dirs[0])
     if own and out.is_symlink():
         raise RLHooksError(f"{out} is a symbolic link; the run's own report is written only into a real directory, "
                            f"never through a link: remove the link, or give --out DIR")

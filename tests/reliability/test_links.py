@@ -269,6 +269,20 @@ def test_write_atomic_replaces_a_link_and_refuses_a_linked_directory_inside_a_ru
     assert os.listdir(victim_dir) == []
 
 
+@pytest.mark.parametrize("spelling", ["run", "--out run/../run/report", "--out link/report"])
+def test_a_runs_own_report_link_is_refused_however_out_spells_it(tmp_path: Path, spelling: str, capsys) -> None:
+    """`rlhooks report out/r --out out/r/../r/report` wrote the report through the `report` link."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (tmp_path / "link").symlink_to(run_dir)
+    (tmp_path / "elsewhere").mkdir()
+    (run_dir / "report").symlink_to(tmp_path / "elsewhere")
+    out = ["--out", str(tmp_path / spelling.split()[1])] if spelling.startswith("--out") else []
+    assert main(["report", str(run_dir), *out]) == 1
+    assert "is a symbolic link; the run's own report is written only into a real directory" in capsys.readouterr().err
+    assert os.listdir(tmp_path / "elsewhere") == []
+
+
 # -- item 8: the report's ownership and time bound ------------------------------------------------
 
 
