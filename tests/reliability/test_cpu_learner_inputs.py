@@ -126,6 +126,16 @@ def test_prepare_into_a_file_is_one_error_line(tmp_path, capsys):
     assert f"{target} exists and is not a directory" in err and target.read_text() == "mine"
 
 
+def test_prepare_refuses_a_large_dataset_of_yours_without_reading_its_rows(tmp_path, capsys, monkeypatch):
+    """A user's own train.parquet was read whole (to compare it with the recipe's rows) before the refusal."""
+    data = tmp_path / "train.parquet"
+    pq.write_table(pa.table({"prompt": ["my data"] * 1000}), data)
+    read = []
+    monkeypatch.setattr(pq, "read_table", lambda *a, **kw: read.append(a) or pa.table({}))
+    code, err = _prepare(tmp_path, capsys)
+    assert code == 1 and f"{data} exists and prepare did not write it" in err and read == []
+
+
 # -- item 7: the learner's inputs --------------------------------------------------------------------
 @pytest.fixture
 def prepared(tmp_path):
