@@ -776,6 +776,20 @@ def _refuse_linked_parents(path: Path) -> None:
                                       f"a link; remove the link (the run's own output never is one)")
 
 
+def refuse_link(path: str | Path, run_dir: str | Path) -> None:
+    """Raise a ``RunDirError`` if ``path`` inside ``run_dir``, or a directory between them, is a symbolic
+    link: a backend's output directory in a run directory that is not cleared (a resumed run's) may have
+    had one planted. A ``path`` outside ``run_dir`` (a directory the user configured) is not checked."""
+    p, root = Path(os.path.abspath(path)), Path(os.path.abspath(run_dir))
+    if root not in p.parents:
+        return
+    for d in [*reversed(p.parents), p]:
+        if root in d.parents and d.is_symlink():
+            raise RunDirError(f"{d} is {_kind(d)}: rlhooks never writes a run's output ({p.name}) through a link "
+                              f"into a place it does not own; remove the link, or set the backend's directory "
+                              f"option to the directory you mean")
+
+
 @contextlib.contextmanager
 def locked(run_dir: str | Path, command: str = "rlhooks") -> Iterator[RunDirLock]:
     """``with locked(run_dir):`` hold the run directory's lock for the block."""
@@ -790,6 +804,6 @@ def locked(run_dir: str | Path, command: str = "rlhooks") -> Iterator[RunDirLock
 
 __all__ = [
     "RunDirError", "RunDirInUse", "RunDirLock", "RunDirectory", "check_run_name", "check_path_text", "claim",
-    "open_output", "open_atomic", "safe_run_name", "write_atomic", "locked",
+    "open_output", "open_atomic", "refuse_link", "safe_run_name", "write_atomic", "locked",
     "LOCK_FILE", "MARKER_FILE",
 ]

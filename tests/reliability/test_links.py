@@ -182,6 +182,28 @@ def test_a_resumed_run_directory_never_appends_metrics_through_a_planted_link(tm
     assert not (tmp_path / "metrics.jsonl").exists()
 
 
+@pytest.mark.parametrize("backend", ["tensorboard", "wandb"])
+def test_a_resumed_run_directory_never_writes_a_backends_files_through_a_planted_directory_link(
+        tmp_path: Path, backend: str) -> None:
+    """A `tensorboard` or `wandb` link planted in a train run's directory (not cleared on a resume) made the
+    backend create its files in the link's target; now it refuses, naming the link, before its library loads."""
+    from types import SimpleNamespace
+
+    from rlhooks.plugins.backends.tensorboard_backend import TensorBoardBackend
+    from rlhooks.plugins.backends.wandb_backend import WandbBackend
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run_dir = tmp_path / "out" / "train"
+    run_dir.mkdir(parents=True)
+    (run_dir / backend).symlink_to(elsewhere)
+    plugin = TensorBoardBackend() if backend == "tensorboard" else WandbBackend(WandbBackend.Options(mode="disabled"))
+    run = SimpleNamespace(run_dir=run_dir, name="train", redacted_config=dict)
+    with pytest.raises(RunDirError, match=rf"train/{backend} is a symbolic link to .*elsewhere: rlhooks never writes"):
+        plugin.on_run_start(run=run)
+    assert os.listdir(elsewhere) == []
+
+
 # -- item 2: the comparison root ------------------------------------------------------------------
 
 
