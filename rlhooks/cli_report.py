@@ -7,6 +7,7 @@ simulator's. matplotlib (the ``report`` extra) is imported when the command runs
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +34,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise RLHooksError(f"rlhooks report needs matplotlib ({exc}); install the 'report' extra: pip install -e '.[report]' in the rlhooks clone") from None
     dirs = [Path(d) for d in args.run_dirs]
     out = Path(args.out) if args.out else (dirs[0] / "report" if len(dirs) == 1 else Path("report"))
-    own = len(dirs) == 1 and out.absolute() == (dirs[0] / "report").absolute()
+    # the run's own report/, however --out spells it (out/r/../r/report, a link to the run directory)
+    own = len(dirs) == 1 and out.name == "report" and os.path.realpath(out.parent) == os.path.realpath(dirs[0])
     if own and out.is_symlink():
         raise RLHooksError(f"{out} is a symbolic link; the run's own report is written only into a real directory, "
                            f"never through a link: remove the link, or give --out DIR")
+    foreign = rundir.unrecorded(out) if own else set()  # put there after the run ended: never recorded as its own
     try:
         page = write_report(dirs, out)
     finally:  # a run's own report directory (also while the run runs: it owns report/ from its start)
         if own and out.exists():
-            rundir.adopt_derived(out)
+            rundir.adopt_derived(out, exclude=foreign)
     print(f"report: {page}")
     print(f"charts: {out}/*.png")
     return 0

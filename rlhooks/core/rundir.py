@@ -227,7 +227,7 @@ class RunDirLock:
                 info = json.loads(text) if text.strip() else {}
             except (OSError, ValueError):  # not text, not JSON
                 info = None
-            if not isinstance(info, dict) or len(text) > _LOCK_MAX:
+            if not isinstance(info, dict) or set(info) - _LOCK_KEYS or len(text) > _LOCK_MAX:
                 fh.close()
                 raise RunDirError(f"{path} is not a lock file rlhooks made (it holds other data), so rlhooks does not "
                                   f"overwrite it; {what}")
@@ -273,6 +273,7 @@ class RunDirLock:
 
 #: an rlhooks lock file holds one short JSON record (pid, host, start, command)
 _LOCK_MAX = 4096
+_LOCK_KEYS = frozenset({"pid", "host", "started", "command"})
 
 
 def _names(path: Path, fh: Any) -> bool:
@@ -661,9 +662,29 @@ def _unclaimed_hint(run_dir: Path, rel: str, marker: dict[str, Any]) -> str:
             f"before creating the file (or create it with rlhooks.open_output(path)), so that a rerun may replace it")
 
 
-def adopt_derived(path: str | Path) -> bool:
+def unrecorded(path: str | Path) -> set[str]:
+    """What is under ``path`` (e.g. ``<run_dir>/report``) that the finished run holding it did not record:
+    files someone put there after the run ended. Paths relative to the run directory; empty when the
+    run has not finished (its end lists what is there then) or has no marker. Call before writing, and
+    pass it to ``adopt_derived`` as ``exclude``."""
+    p = Path(path).absolute()
+    marker = _read_marker(p.parent / MARKER_FILE)
+    if not marker or "files" not in marker or marker.get("finished") is None or not os.path.lexists(p):
+        return set()
+    recorded = {n for n in marker.get("files", []) if isinstance(n, str)}
+    found = {p.name}
+    if p.is_dir() and not p.is_symlink():
+        for root, dirs, names in os.walk(p):
+            rel = os.path.relpath(root, p.parent)
+            found.update(os.path.join(rel, n) for n in (*dirs, *names))
+    return found - recorded
+
+
+def adopt_derived(path: str | Path, *, exclude: Collection[str] = ()) -> bool:
     """Record ``path`` (e.g. ``<run_dir>/report``, drawn later by ``rlhooks report``) as the finished
     run's own, with the files in it now, so that a rerun of that run replaces it instead of refusing.
+    ``exclude``: what was there before and is not the run's (``unrecorded``): never recorded, so a
+    rerun refuses rather than delete it.
 
     Only for a finished run that rlhooks made and nobody holds; True if recorded. Never deletes.
     """
@@ -682,11 +703,11 @@ def adopt_derived(path: str | Path) -> bool:
         if "files" not in marker or marker.get("finished") is None:
             return False
         name = p.name
-        files = {n for n in marker.get("files", []) if isinstance(n, str)} | {name}
+        files = {n for n in marker.get("files", []) if isinstance(n, str)} | ({name} - set(exclude))
         if p.is_dir() and not p.is_symlink():
             for root, dirs, names in os.walk(p):
                 rel = os.path.relpath(root, run_dir)
-                files.update(os.path.join(rel, n) for n in (*dirs, *names))
+                files.update(r for r in (os.path.join(rel, n) for n in (*dirs, *names)) if r not in exclude)
         for key in ("owned", "entries"):
             marker[key] = sorted({*marker.get(key, []), name})
         marker["files"] = sorted(files)
@@ -755,6 +776,20 @@ def _refuse_linked_parents(path: Path) -> None:
                                       f"a link; remove the link (the run's own output never is one)")
 
 
+def refuse_link(path: str | Path, run_dir: str | Path) -> None:
+    """Raise a ``RunDirError`` if ``path`` inside ``run_dir``, or a directory between them, is a symbolic
+    link: a backend's output directory in a run directory that is not cleared (a resumed run's) may have
+    had one planted. A ``path`` outside ``run_dir`` (a directory the user configured) is not checked."""
+    p, root = Path(os.path.abspath(path)), Path(os.path.abspath(run_dir))
+    if root not in p.parents:
+        return
+    for d in [*reversed(p.parents), p]:
+        if root in d.parents and d.is_symlink():
+            raise RunDirError(f"{d} is {_kind(d)}: rlhooks never writes a run's output ({p.name}) through a link "
+                              f"into a place it does not own; remove the link, or set the backend's directory "
+                              f"option to the directory you mean")
+
+
 @contextlib.contextmanager
 def locked(run_dir: str | Path, command: str = "rlhooks") -> Iterator[RunDirLock]:
     """``with locked(run_dir):`` hold the run directory's lock for the block."""
@@ -769,6 +804,6 @@ def locked(run_dir: str | Path, command: str = "rlhooks") -> Iterator[RunDirLock
 
 __all__ = [
     "RunDirError", "RunDirInUse", "RunDirLock", "RunDirectory", "check_run_name", "check_path_text", "claim",
-    "open_output", "open_atomic", "safe_run_name", "write_atomic", "locked",
+    "open_output", "open_atomic", "refuse_link", "safe_run_name", "write_atomic", "locked",
     "LOCK_FILE", "MARKER_FILE",
 ]

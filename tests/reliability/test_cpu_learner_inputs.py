@@ -89,6 +89,53 @@ def test_prepare_takes_over_the_prompts_an_earlier_rlhooks_wrote_without_a_marke
     assert pq.read_schema(data).metadata.get(b"rlhooks") == b"cpu-learner-tasks"
 
 
+class Killed(BaseException):
+    """A kill at a rename: nothing after it runs."""
+
+
+def test_a_prepare_killed_while_installing_the_policy_leaves_none_or_a_whole_one(tmp_path, capsys, monkeypatch):
+    """The files were renamed into a new policy/ one by one, the marker last: a kill between left policy/
+    without the marker, which every later prepare refused as "files prepare did not write"."""
+    real_replace = os.replace
+    for kill_at in range(2):  # at the first rename, and at the second (the file-by-file install)
+        calls = []
+
+        def replace(src, dst, *, _k=kill_at, _calls=calls):
+            _calls.append(dst)
+            if len(_calls) - 1 == _k:
+                raise Killed(dst)
+            return real_replace(src, dst)
+
+        target = tmp_path / str(kill_at)
+        with monkeypatch.context() as mp:
+            mp.setattr(os, "replace", replace)
+            try:
+                policy.build_policy(target / "policy")
+            except Killed:
+                pass
+        assert not (target / "policy").exists() or (target / "policy" / policy.RECIPE_FILE).is_file(), kill_at
+        code, err = _prepare(target, capsys)
+        assert code == 0, err
+
+
+def test_prepare_into_a_file_is_one_error_line(tmp_path, capsys):
+    target = tmp_path / "notes.txt"
+    target.write_text("mine")
+    code, err = _prepare(target, capsys)
+    assert code == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"{target} exists and is not a directory" in err and target.read_text() == "mine"
+
+
+def test_prepare_refuses_a_large_dataset_of_yours_without_reading_its_rows(tmp_path, capsys, monkeypatch):
+    """A user's own train.parquet was read whole (to compare it with the recipe's rows) before the refusal."""
+    data = tmp_path / "train.parquet"
+    pq.write_table(pa.table({"prompt": ["my data"] * 1000}), data)
+    read = []
+    monkeypatch.setattr(pq, "read_table", lambda *a, **kw: read.append(a) or pa.table({}))
+    code, err = _prepare(tmp_path, capsys)
+    assert code == 1 and f"{data} exists and prepare did not write it" in err and read == []
+
+
 # -- item 7: the learner's inputs --------------------------------------------------------------------
 @pytest.fixture
 def prepared(tmp_path):
@@ -108,6 +155,14 @@ def _issues(policy_dir: Path, data: Path) -> str:
 
 def test_the_prepared_files_pass(prepared):
     runner.check_local_files(_config(*prepared))
+
+
+def test_a_missing_validation_file_is_named_before_verl_reads_it(prepared, tmp_path):
+    """Only train_files was checked: a missing val_files failed later, inside verl's dataset loader."""
+    cfg = _config(*prepared)
+    cfg.data.val_files = [str(prepared[1]), str(tmp_path / "val.parquet")]
+    with pytest.raises(ConfigError, match=rf"verl.data.val_files: no file {tmp_path / 'val.parquet'}"):
+        runner.check_local_files(cfg)
 
 
 def test_a_prompt_file_without_prompt_or_reward_model_names_the_file_column_and_layout(prepared, tmp_path):

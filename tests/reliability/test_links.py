@@ -91,6 +91,19 @@ def test_simulate_never_empties_or_creates_a_file_through_a_planted_lock(tmp_pat
     assert sorted(os.listdir(lock.parent)) == [LOCK_FILE]  # the run wrote nothing
 
 
+def test_a_json_file_that_is_not_an_rlhooks_lock_record_is_refused_not_emptied(tmp_path: Path) -> None:
+    """Any JSON object was taken for a lock record, so someone's `.rlhooks.lock` holding one was emptied."""
+    lock = tmp_path / "run" / LOCK_FILE
+    lock.parent.mkdir()
+    lock.write_text('{"theme": "dark"}')
+    with pytest.raises(RunDirError, match=r"run/\.rlhooks\.lock is not a lock file rlhooks made \(it holds other data"):
+        rundir.RunDirLock(lock.parent).acquire()
+    assert lock.read_text() == '{"theme": "dark"}'
+    lock.write_text('{"pid": 1, "host": "h", "started": "2026-01-01T00:00:00+00:00", "command": "rlhooks run"}')
+    with rundir.locked(lock.parent):  # a dead run's record is taken over
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+
+
 def test_compare_train_and_report_refuse_a_linked_lock_too(tmp_path: Path) -> None:
     """Every lock user: --compare's root, RunManager.running() (what `rlhooks train` holds), and the lock
     `rlhooks report` takes to record a report in a finished run's marker."""
@@ -143,6 +156,52 @@ def test_a_refused_directory_keeps_no_lock_file_and_a_failed_start_no_directory(
     with pytest.raises(RuntimeError, match="worker start failed"), manager.running():
         raise RuntimeError("worker start failed")
     assert not (tmp_path / "fresh").exists()  # neither the run directory nor out_dir is left behind
+
+
+def test_a_resumed_run_directory_never_appends_metrics_through_a_planted_link(tmp_path: Path, monkeypatch) -> None:
+    """`rlhooks train` resumes into its run directory without clearing it, so a `metrics.jsonl` link planted
+    there was appended to (the link's target got the run's records); now the JSONL backend refuses it (the
+    RunManager reports the backend's failure by name and ends the run "failed"), and its later records do
+    not go to the working directory either."""
+    from types import SimpleNamespace
+
+    from rlhooks.plugins.backends.jsonl import JsonlBackend
+
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(VICTIM)
+    run_dir = tmp_path / "out" / "train"
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").symlink_to(victim)
+    monkeypatch.chdir(tmp_path)
+    backend = JsonlBackend()
+    run = SimpleNamespace(run_dir=run_dir, name="train", redacted_config=dict, stop_reason=None)
+    for hook in (lambda: backend.on_run_start(run=run), lambda: backend.on_run_end(status="failed")):
+        with pytest.raises(RunDirError, match=r"train/metrics\.jsonl is a symbolic link; rlhooks never writes"):
+            hook()
+    assert victim.read_bytes() == VICTIM and (run_dir / "metrics.jsonl").is_symlink()
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("backend", ["tensorboard", "wandb"])
+def test_a_resumed_run_directory_never_writes_a_backends_files_through_a_planted_directory_link(
+        tmp_path: Path, backend: str) -> None:
+    """A `tensorboard` or `wandb` link planted in a train run's directory (not cleared on a resume) made the
+    backend create its files in the link's target; now it refuses, naming the link, before its library loads."""
+    from types import SimpleNamespace
+
+    from rlhooks.plugins.backends.tensorboard_backend import TensorBoardBackend
+    from rlhooks.plugins.backends.wandb_backend import WandbBackend
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run_dir = tmp_path / "out" / "train"
+    run_dir.mkdir(parents=True)
+    (run_dir / backend).symlink_to(elsewhere)
+    plugin = TensorBoardBackend() if backend == "tensorboard" else WandbBackend(WandbBackend.Options(mode="disabled"))
+    run = SimpleNamespace(run_dir=run_dir, name="train", redacted_config=dict)
+    with pytest.raises(RunDirError, match=rf"train/{backend} is a symbolic link to .*elsewhere: rlhooks never writes"):
+        plugin.on_run_start(run=run)
+    assert os.listdir(elsewhere) == []
 
 
 # -- item 2: the comparison root ------------------------------------------------------------------
@@ -232,6 +291,20 @@ def test_write_atomic_replaces_a_link_and_refuses_a_linked_directory_inside_a_ru
     assert os.listdir(victim_dir) == []
 
 
+@pytest.mark.parametrize("spelling", ["run", "--out run/../run/report", "--out link/report"])
+def test_a_runs_own_report_link_is_refused_however_out_spells_it(tmp_path: Path, spelling: str, capsys) -> None:
+    """`rlhooks report out/r --out out/r/../r/report` wrote the report through the `report` link."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (tmp_path / "link").symlink_to(run_dir)
+    (tmp_path / "elsewhere").mkdir()
+    (run_dir / "report").symlink_to(tmp_path / "elsewhere")
+    out = ["--out", str(tmp_path / spelling.split()[1])] if spelling.startswith("--out") else []
+    assert main(["report", str(run_dir), *out]) == 1
+    assert "is a symbolic link; the run's own report is written only into a real directory" in capsys.readouterr().err
+    assert os.listdir(tmp_path / "elsewhere") == []
+
+
 # -- item 8: the report's ownership and time bound ------------------------------------------------
 
 
@@ -266,6 +339,41 @@ def test_report_files_another_process_writes_while_the_run_runs_are_listed_at_it
         (rd.path / "report" / "report.html").write_text("<html>")
     assert "report/report.html" in json.loads((tmp_path / "r" / MARKER_FILE).read_text())["files"]
     rundir.check_replaceable(tmp_path / "r", "rlhooks simulate")  # a rerun replaces it (it refused)
+
+
+def _finished_run_with_users_notes_in_report(tmp_path: Path) -> Path:
+    with rundir.RunDirectory.create(tmp_path, "r", command="rlhooks simulate") as rd:
+        with rundir.open_output(rd.path / "metrics.jsonl") as fh:
+            fh.write(json.dumps({"kind": "metrics", "step": 1, "time": 0.0, "metrics": {"rewards/mean": 0.5}}) + "\n")
+    (rd.path / "report").mkdir()
+    (rd.path / "report" / "notes.txt").write_text("mine")  # after the run ended: not the run's
+    return rd.path
+
+
+def _assert_notes_not_adopted(run_dir: Path) -> None:
+    files = json.loads((run_dir / MARKER_FILE).read_text())["files"]
+    assert "report/report.html" in files and "report/notes.txt" not in files
+    with pytest.raises(RunDirError, match=r"holds 'report(/notes.txt)?', which the earlier run did not write"):
+        rundir.check_replaceable(run_dir, "rlhooks simulate")
+    assert (run_dir / "report" / "notes.txt").read_text() == "mine"
+
+
+def test_a_report_recorded_after_the_run_ended_never_adopts_a_users_file(tmp_path: Path) -> None:
+    """adopt_derived recorded every file in report/ as the run's, a user's notes too, so the run's rerun
+    deleted them; now what was there before the report (``unrecorded``) stays out, and the rerun refuses."""
+    run_dir = _finished_run_with_users_notes_in_report(tmp_path)
+    foreign = rundir.unrecorded(run_dir / "report")
+    assert foreign == {"report", "report/notes.txt"}
+    rundir.write_atomic(run_dir / "report" / "report.html", "<html>")  # as write_report does
+    assert rundir.adopt_derived(run_dir / "report", exclude=foreign)
+    _assert_notes_not_adopted(run_dir)
+
+
+@pytest.mark.slow  # matplotlib draws the report (~5 s here)
+def test_rlhooks_report_after_the_run_ended_never_adopts_a_users_file(tmp_path: Path) -> None:
+    run_dir = _finished_run_with_users_notes_in_report(tmp_path)
+    assert main(["report", str(run_dir)]) == 0
+    _assert_notes_not_adopted(run_dir)
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ Every line is written with one ``write`` on a file opened for appending and unbu
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import time
@@ -19,6 +20,7 @@ import structlog
 
 from rlhooks import METRICS_FILE, claim_output, encode_record, hookimpl, nonfinite_name
 from rlhooks import read_records as read_records  # the format is core's; still importable here
+from rlhooks.core.rundir import RunDirError
 from rlhooks.plugins.backends._common import DispatchOptions, json_safe, to_number
 
 log = structlog.get_logger("rlhooks.backends")
@@ -57,12 +59,19 @@ class JsonlBackend:
         claim_output(p)
         p.parent.mkdir(parents=True, exist_ok=True)
         self.path = p
-        # O_APPEND + one os.write per line: lines from this writer are never interleaved or torn
-        self._fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # O_APPEND + one os.write per line: lines from this writer are never interleaved or torn;
+        # O_NOFOLLOW: a link planted at the name (a resumed run's directory is not cleared) is not written through
+        try:
+            self._fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raise RunDirError(f"{p} is a symbolic link; rlhooks never writes through one (it may point outside "
+                              f"the run directory): remove it, or choose another run.name / --out") from None
 
     def _write(self, record: dict[str, Any]) -> None:
-        if self._fd is None:
-            self._open(None)
+        if self._fd is None:  # in a run whose start could not open the file: its run directory, never the cwd
+            self._open(self._run.run_dir if self._run is not None else None)
         view = memoryview(encode_record(record))
         while view:
             n = os.write(self._fd, view)  # type: ignore[arg-type]

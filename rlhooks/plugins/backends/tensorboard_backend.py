@@ -29,6 +29,7 @@ import numpy as np
 import structlog
 
 from rlhooks import claim_output, hookimpl
+from rlhooks.core.rundir import refuse_link
 from rlhooks.plugins.backends._common import DispatchOptions, columns_of, non_negative, plain, positive, to_number, truncate
 
 log = structlog.get_logger("rlhooks.backends")
@@ -138,6 +139,16 @@ class TensorBoardBackend:
 
     def _ensure_writer(self, run_dir: Path | None = None) -> Any:
         if self.writer is None:
+            if self.log_dir is None or run_dir is not None:  # decided once per run, at on_run_start
+                d = Path(self.options.log_dir)
+                if not d.is_absolute():
+                    d = (run_dir if run_dir is not None else Path.cwd()) / d
+                if run_dir is not None:  # a link planted in a resumed run's directory: never written through
+                    refuse_link(d, run_dir)
+                claim_output(d)
+                d.mkdir(parents=True, exist_ok=True)
+                self.log_dir = d
+                self._existing = set(d.glob(EVENT_FILES))
             from torch.utils.tensorboard import SummaryWriter  # heavy: only when a run uses it
 
             try:
@@ -146,14 +157,6 @@ class TensorBoardBackend:
                 self._summary_cls = Summary
             except ImportError:  # pragma: no cover - torch's writer needs tensorboard anyway
                 self._summary_cls = None
-            if self.log_dir is None or run_dir is not None:  # decided once per run, at on_run_start
-                d = Path(self.options.log_dir)
-                if not d.is_absolute():
-                    d = (run_dir if run_dir is not None else Path.cwd()) / d
-                claim_output(d)
-                d.mkdir(parents=True, exist_ok=True)
-                self.log_dir = d
-                self._existing = set(d.glob(EVENT_FILES))
             # a writer that failed to start (a full disk) is retried in the same directory, never elsewhere
             self.writer = SummaryWriter(log_dir=str(self.log_dir), max_queue=self.options.max_queue,
                                         flush_secs=self.options.flush_secs, purge_step=self._purge_step)

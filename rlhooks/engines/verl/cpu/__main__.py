@@ -20,6 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     except RLHooksError as exc:  # it would replace files it did not write: say which and what to do
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # a full disk, a permission, a lost mount: what and where, no traceback
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: prepare {args.directory}: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
     print(f"policy: {policy_dir}\nprompts: {data}")
     return 0
 

@@ -152,8 +152,17 @@ def check_target(directory: str | Path) -> None:
 
 
 def _install(built: Path, directory: Path) -> None:
-    """Move the files of ``built`` into ``directory``, each by a rename (which replaces a link planted at
-    its name instead of writing through it), the marker last: a policy without its marker is never reused."""
+    """Move ``built`` to ``directory``: absent (or empty), in one rename of the whole directory, so a kill
+    leaves no policy or a whole one (a half-moved one, without its marker, would be refused as not prepare's);
+    else each file by a rename (which replaces a link planted at its name instead of writing through it),
+    the marker last: a policy without its marker is never reused."""
+    if not directory.exists() or (directory.is_dir() and not any(directory.iterdir())):
+        os.chmod(built, 0o755)  # mkdtemp's 0700 -> a model directory as readable as the others
+        try:
+            os.replace(built, directory)  # rename(2) replaces an empty directory
+            return
+        except OSError:  # filled meanwhile: file by file below
+            pass
     directory.mkdir(parents=True, exist_ok=True)
     names = sorted(p.name for p in built.iterdir() if p.is_file())
     for name in sorted(names, key=lambda n: n == RECIPE_FILE):

@@ -63,10 +63,11 @@ def check_local_files(cfg: Any) -> None:
     policy_dir = Path(str(cfg.actor_rollout_ref.model.path)).expanduser()
     if not (policy_dir / "config.json").is_file():
         issues.append(ConfigIssue("verl.actor_rollout_ref.model.path", f"no model at {policy_dir} (no config.json)"))
-    files = cfg.data.train_files
-    for f in [files] if isinstance(files, str) else list(files):
-        if not Path(str(f)).expanduser().is_file():
-            issues.append(ConfigIssue("verl.data.train_files", f"no file {f}"))
+    for key in ("train_files", "val_files"):  # verl reads both before the first step
+        files = cfg.data.get(key) or []
+        for f in [files] if isinstance(files, str) else list(files):
+            if not Path(str(f)).expanduser().is_file():
+                issues.append(ConfigIssue(f"verl.data.{key}", f"no file {f}"))
     issues += policy.model_file_issues(cfg) + tasks.prompt_file_issues(cfg)  # unreadable or wrong layout
     if issues:
         hint = ("the CPU learner (trainer.device=cpu) trains a local policy: make the tiny one and its prompts "
@@ -131,6 +132,9 @@ def run(cfg: Any, task_runner_class: Any = None) -> None:
 def prepare(directory: str | Path) -> tuple[Path, Path]:
     """The warm-started policy (``<dir>/policy``) and the RL prompts (``<dir>/train.parquet``)."""
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise tasks.PrepareError(f"{directory} exists and is not a directory: prepare writes policy/ and "
+                                 f"train.parquet into a directory. Give a directory, or a path that does not exist")
     policy.check_target(directory / "policy")  # both refusals before anything is written
     tasks.check_target(directory / "train.parquet")
     return policy.build_policy(directory / "policy"), tasks.write_dataset(directory / "train.parquet")

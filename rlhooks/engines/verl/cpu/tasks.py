@@ -131,7 +131,10 @@ def check_target(path: str | Path, sources: tuple[str, ...] = tuple(SOURCES)) ->
     try:
         if (pq.read_schema(path).metadata or {}).get(b"rlhooks") == MARKER[b"rlhooks"]:
             return
-        if pq.read_table(path).equals(_table(sources)):
+        expected = _table(sources)
+        meta = pq.read_metadata(path)  # a user's dataset may be large: compare its shape before reading rows
+        if meta.num_rows == expected.num_rows and meta.schema.to_arrow_schema().names == expected.schema.names \
+                and pq.read_table(path).equals(expected):
             return
     except Exception:  # noqa: BLE001 - not a parquet file, or another one: either way not ours
         pass
