@@ -145,6 +145,9 @@ class RunDirLock:
         self._key: str | None = None
 
     def acquire(self) -> RunDirLock:
+        if self.run_dir.is_symlink():  # every engine (train resumes into its directory, so checks it here)
+            raise RunDirError(f"run directory {self.run_dir} is {_kind(self.run_dir)}; rlhooks never writes a run "
+                              f"through a link: remove the link, or set --out / run.out_dir to the directory you mean")
         created_dirs = _make_dirs(self.run_dir)
         key = os.path.realpath(self.run_dir)
         with _held_lock:

@@ -182,6 +182,19 @@ def test_a_resumed_run_directory_never_appends_metrics_through_a_planted_link(tm
     assert not (tmp_path / "metrics.jsonl").exists()
 
 
+def test_a_run_directory_that_is_a_link_is_refused_by_every_engines_lock(tmp_path: Path) -> None:
+    """`rlhooks train` resumes into its run directory without the simulator's rerun checks, so the lock the
+    RunManager takes (every engine's) refuses a run directory that is itself a link; nothing is created."""
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "train").symlink_to(target)
+    with pytest.raises(RunDirError, match=r"out/train is a symbolic link to .*elsewhere; rlhooks never writes a run through a link"):
+        with rundir.locked(tmp_path / "out" / "train", "rlhooks train"):
+            pass
+    assert list(target.iterdir()) == [] and (tmp_path / "out" / "train").is_symlink()
+
+
 @pytest.mark.parametrize("backend", ["tensorboard", "wandb"])
 def test_a_resumed_run_directory_never_writes_a_backends_files_through_a_planted_directory_link(
         tmp_path: Path, backend: str) -> None:
