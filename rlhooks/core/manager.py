@@ -344,8 +344,9 @@ class RunManager:
                 continue
             if not rec.deferred:  # a queued call has not run yet: its worker resets the count
                 rec.failures = 0
-            if self.context.stopped_by is None and self.context.stop_requested:
-                self.context.stopped_by = rec.label  # the hook that just returned asked to stop
+            ctx = self.context
+            if ctx.stopped_by is None and ctx.stop_requested and ctx._stop_asked_here():
+                ctx.stopped_by = rec.label  # the hook that just returned asked to stop
                 log.warning(f"{rec.label} requested the run to stop after this step: {self.context.stop_reason}",
                             plugin=rec.name, path=rec.path, reason=self.context.stop_reason)
             if self.trace:
@@ -577,11 +578,10 @@ class RunManager:
     def state_dict(self) -> dict[str, Any]:
         """State of every component that has one, keyed by config path; the run's learning state
         and pre-generation counters under ``LEARNING_KEY``."""
-        out: dict[str, Any] = {
-            rec.path: rec.obj.state_dict()
-            for rec in self.components
-            if callable(getattr(rec.obj, "state_dict", None))
-        }
+        stateful = [rec for rec in self.components if callable(getattr(rec.obj, "state_dict", None))]
+        # a backend's state is read once its dispatch thread handled what was queued before the checkpoint
+        dispatch.flush_components([rec for rec in stateful if rec.deferred])
+        out: dict[str, Any] = {rec.path: rec.obj.state_dict() for rec in stateful}
         if self.learning is not None:
             out[LEARNING_KEY] = {"learning": self.learning.state_dict(), "prompt_stage": self.prompt_stage.state_dict()}
         return out
