@@ -521,3 +521,33 @@ class TestP(HookPluginContract):
     result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:asyncio")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*xfail_checks names 'test_log_metric_returns_none'*did you mean 'test_log_metrics_returns_none'*"])
+
+
+def test_a_file_written_from_on_validation_end_must_be_claimed(pytester: pytest.Pytester) -> None:
+    """The claimed-files run validates too: a plugin logging held-out results to its own file is checked."""
+    pytester.makepyfile(test_validation_log='''
+import pytest
+from rlhooks import hookimpl
+from rlhooks.testing import HookPluginContract
+
+class ValidationLog:
+    @hookimpl
+    def on_run_start(self, run):
+        self.run_dir = run.run_dir
+
+    @hookimpl
+    def on_validation_end(self, step, per_source):
+        with open(self.run_dir / "validation.csv", "a") as f:  # not claimed: a rerun would refuse
+            f.writelines(f"{step},{source},{m['score']}\\n" for source, m in per_source.items())
+
+class TestValidationLog(HookPluginContract):
+    plugin_class = ValidationLog
+
+    @pytest.fixture
+    def plugin(self):
+        return ValidationLog()
+''')
+    rec = pytester.inline_run("-p", "no:cacheprovider", "-p", "no:asyncio", "-q", "-k", "files_are_claimed")
+    failed = [r for r in rec.getreports("pytest_runtest_logreport") if r.when == "call" and r.failed]
+    assert [r.nodeid.split("::", 1)[1] for r in failed] == ["TestValidationLog::test_run_dir_files_are_claimed"]
+    assert "wrote 'validation.csv' into the run directory without claiming it" in str(failed[0].longrepr)
