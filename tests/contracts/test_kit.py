@@ -551,3 +551,31 @@ class TestValidationLog(HookPluginContract):
     failed = [r for r in rec.getreports("pytest_runtest_logreport") if r.when == "call" and r.failed]
     assert [r.nodeid.split("::", 1)[1] for r in failed] == ["TestValidationLog::test_run_dir_files_are_claimed"]
     assert "wrote 'validation.csv' into the run directory without claiming it" in str(failed[0].longrepr)
+
+
+def _docs_block(page: str, marker: str) -> str:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / page).read_text(encoding="utf-8")
+    return next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if marker in b)
+
+
+def test_the_write_plugins_held_out_guard_passes_the_kit(pytester: pytest.Pytester) -> None:
+    """The guide's validation/stop/state example is what a plugin author copies: the kit passes it
+    (a validation without sources, a checkpoint made before the plugin was added)."""
+    plugin = _docs_block("how-to/write-plugins.md", "class HeldOutGuard").split("# driven as an engine would")[0]
+    pytester.makepyfile(test_guard=plugin + '''
+import pytest
+from rlhooks.testing import HookPluginContract
+
+class TestHeldOutGuard(HookPluginContract):
+    @pytest.fixture
+    def plugin(self):
+        return HeldOutGuard()
+''')
+    rec = pytester.inline_run("-p", "no:cacheprovider", "-p", "no:asyncio", "-q", "-k",
+                              "validation_end or checkpoint or state_dict")
+    passed, skipped, failed = rec.listoutcomes()
+    assert not failed, [r.nodeid for r in failed]
+    assert len(passed) >= 6  # the validation, checkpoint and state checks ran
