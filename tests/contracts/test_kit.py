@@ -561,11 +561,25 @@ def _docs_block(page: str, marker: str) -> str:
     return next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if marker in b)
 
 
+def test_the_write_plugins_easiest_first_resumes_mid_epoch() -> None:
+    """In process (the slow test below runs the whole kit on it): the guide's sampler continues
+    where a saved one stopped, as SamplerContract's mid-epoch round trip requires."""
+    namespace: dict = {}
+    exec(compile(_docs_block("how-to/write-plugins.md", "class EasiestFirst"), "write-plugins.md", "exec"), namespace)
+    data = namespace["make_dataset"](40, columns=("extra_info.difficulty",))
+    first = namespace["EasiestFirst"](None, data, batch_size=4)
+    it = iter(first)
+    head = [next(it) for _ in range(15)]
+    resumed = namespace["EasiestFirst"](None, data, batch_size=4)
+    resumed.load_state_dict(first.state_dict())
+    assert head + list(resumed) == list(namespace["EasiestFirst"](None, data, batch_size=4))
+
+
 def test_the_write_plugins_held_out_guard_passes_the_kit(pytester: pytest.Pytester) -> None:
-    """The guide's validation/stop/state example is what a plugin author copies: the kit passes it
-    (a validation without sources, a checkpoint made before the plugin was added)."""
-    plugin = _docs_block("how-to/write-plugins.md", "class HeldOutGuard").split("# driven as an engine would")[0]
-    pytester.makepyfile(test_guard=plugin + '''
+    """The validation, checkpoint and state checks (cheap) on the guide's HeldOutGuard: a validation
+    without sources, a checkpoint made before the plugin was added."""
+    guard = _docs_block("how-to/write-plugins.md", "class HeldOutGuard").split("# driven as an engine would")[0]
+    pytester.makepyfile(test_guard=guard + '''
 import pytest
 from rlhooks.testing import HookPluginContract
 
@@ -579,3 +593,33 @@ class TestHeldOutGuard(HookPluginContract):
     passed, skipped, failed = rec.listoutcomes()
     assert not failed, [r.nodeid for r in failed]
     assert len(passed) >= 6  # the validation, checkpoint and state checks ran
+
+
+@pytest.mark.slow  # the whole kit on three plugins: ~6 s of CPU
+def test_the_write_plugins_examples_pass_the_kit(pytester: pytest.Pytester) -> None:
+    """The guide's plugins are what an author copies: the kit passes each, HeldOutGuard included (a
+    validation without sources, a checkpoint made before the plugin was added) and EasiestFirst (a
+    resumed run continues mid-epoch)."""
+    guard = _docs_block("how-to/write-plugins.md", "class HeldOutGuard").split("# driven as an engine would")[0]
+    sampler = _docs_block("how-to/write-plugins.md", "class EasiestFirst").split("data = make_dataset")[0]
+    judge = _docs_block("how-to/write-plugins.md", "class ExactJudge").split("judge = ExactJudge()")[0]
+    pytester.makepyfile(test_guide=guard + sampler + judge + '''
+import pytest
+from rlhooks.testing import HookPluginContract, RewardFunctionContract, SamplerContract
+
+class TestHeldOutGuard(HookPluginContract):
+    @pytest.fixture
+    def plugin(self):
+        return HeldOutGuard()
+
+class TestEasiestFirst(SamplerContract):
+    plugin_class = EasiestFirst
+
+class TestExactJudge(RewardFunctionContract):
+    plugin_class = ExactJudge
+''')
+    rec = pytester.inline_run("-p", "no:cacheprovider", "-p", "no:asyncio", "-q")
+    passed, skipped, failed = rec.listoutcomes()
+    assert not failed, [r.nodeid for r in failed]
+    ran = {r.nodeid.split("::")[1] for r in passed}
+    assert ran == {"TestHeldOutGuard", "TestEasiestFirst", "TestExactJudge"}
