@@ -579,8 +579,8 @@ class RunManager:
 
     # -- state ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """State of every component that has one, keyed by config path; the run's learning state
-        and pre-generation counters under ``LEARNING_KEY``."""
+        """State of every component that has one, keyed by config path (their names under
+        ``NAMES_KEY``); the run's learning state and pre-generation counters under ``LEARNING_KEY``."""
         stateful = [rec for rec in self.components if callable(getattr(rec.obj, "state_dict", None))]
         # a backend's state is read once its dispatch thread handled what was queued before the checkpoint
         dispatch.flush_components([rec for rec in stateful if rec.deferred])
@@ -617,7 +617,6 @@ class RunManager:
                     f"{rec.kind} {rec.name!r} ({rec.distribution}) at {rec.path} saved its state_dict() but has no "
                     f"load_state_dict(state): add it (the inverse of state_dict) so a resumed run restores it")
             load(sub)
-
 
     def _saved_by(self, path: str, name: str | None, by_path: Mapping[str, Registered]) -> Registered | None:
         """The component that saved the state found at config ``path`` under ``name``: the one at that
