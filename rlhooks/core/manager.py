@@ -74,6 +74,9 @@ def cap_cells(rows: list[Mapping[str, Any]], limit: int = TABLE_CELL_MAX_CHARS) 
     return out
 #: key of the learning state in RunManager.state_dict() (not a config path)
 LEARNING_KEY = "__learning__"
+#: key of the saved components' names by config path in RunManager.state_dict(): a resumed run whose
+#: lists gained, lost or reordered entries restores each state into the component that saved it
+NAMES_KEY = "__names__"
 TRACE_ENV = "RLHOOKS_TRACE"
 
 
@@ -344,8 +347,9 @@ class RunManager:
                 continue
             if not rec.deferred:  # a queued call has not run yet: its worker resets the count
                 rec.failures = 0
-            if self.context.stopped_by is None and self.context.stop_requested:
-                self.context.stopped_by = rec.label  # the hook that just returned asked to stop
+            ctx = self.context
+            if ctx.stopped_by is None and ctx.stop_requested and ctx._stop_asked_here():
+                ctx.stopped_by = rec.label  # the hook that just returned asked to stop
                 log.warning(f"{rec.label} requested the run to stop after this step: {self.context.stop_reason}",
                             plugin=rec.name, path=rec.path, reason=self.context.stop_reason)
             if self.trace:
@@ -575,20 +579,23 @@ class RunManager:
 
     # -- state ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """State of every component that has one, keyed by config path; the run's learning state
-        and pre-generation counters under ``LEARNING_KEY``."""
-        out: dict[str, Any] = {
-            rec.path: rec.obj.state_dict()
-            for rec in self.components
-            if callable(getattr(rec.obj, "state_dict", None))
-        }
+        """State of every component that has one, keyed by config path (their names under
+        ``NAMES_KEY``); the run's learning state and pre-generation counters under ``LEARNING_KEY``."""
+        stateful = [rec for rec in self.components if callable(getattr(rec.obj, "state_dict", None))]
+        # a backend's state is read once its dispatch thread handled what was queued before the checkpoint
+        dispatch.flush_components([rec for rec in stateful if rec.deferred])
+        out: dict[str, Any] = {rec.path: rec.obj.state_dict() for rec in stateful}
+        out[NAMES_KEY] = {rec.path: rec.name for rec in stateful}
         if self.learning is not None:
             out[LEARNING_KEY] = {"learning": self.learning.state_dict(), "prompt_stage": self.prompt_stage.state_dict()}
         return out
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         by_path = {rec.path: rec for rec in self.components}
+        names = state.get(NAMES_KEY)  # absent from states saved before it: matched by config path alone
         for path, sub in state.items():
+            if path == NAMES_KEY:
+                continue
             if path == LEARNING_KEY:
                 if self.learning is None:
                     log.warning("saved learning state ignored: this run has no dataset attached yet")
@@ -599,9 +606,10 @@ class RunManager:
                     raise RLHooksError(f"cannot resume the prompt-level learning state ({LEARNING_KEY}): {exc}") from None
                 self.prompt_stage.load_state_dict(sub.get("prompt_stage", {}))
                 continue
-            rec = by_path.get(path)
+            rec = by_path.get(path) if names is None else self._saved_by(path, names.get(path), by_path)
             if rec is None:
-                log.warning("saved state for a component that is not in this run; ignored", path=path)
+                log.warning("saved state for a component that is not in this run; ignored", path=path,
+                            plugin=None if names is None else names.get(path))
                 continue
             load = getattr(rec.obj, "load_state_dict", None)
             if not callable(load):
@@ -609,6 +617,20 @@ class RunManager:
                     f"{rec.kind} {rec.name!r} ({rec.distribution}) at {rec.path} saved its state_dict() but has no "
                     f"load_state_dict(state): add it (the inverse of state_dict) so a resumed run restores it")
             load(sub)
+
+    def _saved_by(self, path: str, name: str | None, by_path: Mapping[str, Registered]) -> Registered | None:
+        """The component that saved the state found at config ``path`` under ``name``: the one at that
+        path when it has that name, else the only one of that name in the same list (it moved there)."""
+        rec = by_path.get(path)
+        if name is None or (rec is not None and rec.name == name):
+            return rec
+        section = path.split("[", 1)[0]
+        moved = [r for r in self.components if r.name == name and r.path.split("[", 1)[0] == section]
+        if len(moved) != 1:
+            return None
+        log.info(f"the state {name!r} saved at {path} is restored at {moved[0].path} (the list changed)",
+                 plugin=name, saved_at=path, path=moved[0].path)
+        return moved[0]
 
 
 # -- plugin mistakes: what the error or warning says ---------------------------------------------

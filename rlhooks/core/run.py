@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import structlog
 
+from rlhooks.core import dispatch
 from rlhooks.core.config import Config, redact_secrets
+
+log = structlog.get_logger("rlhooks.run")
 
 #: a run's end status -> the exit code of the command that ran it (any other status: 1); "stopped" is
 #: a plugin's ``run.request_stop(reason)``: a clean end with a checkpoint, told apart from success
@@ -45,7 +50,9 @@ class RunContext:
         self.validation: dict[str, Any] | None = None  # set by RunManager.validation_end
         self._emit = emit
         self._stop_reason: str | None = None
-        #: the component whose hook made the first request (set by the RunManager)
+        self._stop_thread: int | None = None
+        #: the component whose hook made the first request (set by the RunManager; None: not a hook of a
+        #: component, e.g. a thread a plugin started)
         self.stopped_by: str | None = None
 
     def request_stop(self, reason: str) -> None:
@@ -57,8 +64,21 @@ class RunContext:
         """
         if not isinstance(reason, str) or not reason.strip():
             raise ValueError(f"request_stop(reason) needs a non-empty sentence saying why, got {reason!r}")
-        if self._stop_reason is None:
-            self._stop_reason = reason.strip()
+        if self._stop_reason is not None:
+            log.info("a later stop request is ignored: the run stops for the first one",
+                     reason=reason.strip(), first=self._stop_reason)
+            return
+        self._stop_thread = threading.get_ident()
+        self._stop_reason = reason.strip()
+        backend = dispatch.backend_of_this_thread()
+        if backend is not None:  # on a backend's dispatch thread; the RunManager names the other callers
+            self.stopped_by = backend
+            log.warning(f"{backend} requested the run to stop after this step: {self._stop_reason}",
+                        reason=self._stop_reason)
+
+    def _stop_asked_here(self) -> bool:
+        """Whether the stop was requested on the calling thread (so by the hook that just returned on it)."""
+        return self._stop_thread == threading.get_ident()
 
     @property
     def stop_requested(self) -> bool:

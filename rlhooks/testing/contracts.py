@@ -648,8 +648,9 @@ def _canonical(value: Any) -> bytes:
 
 def _claimed_run(harness: PluginHarness, trajectory_batch_factory: BatchFactory,
                  prompt_batch_factory: BatchFactory) -> tuple[list[str], str | None]:
-    """A full run of the plugin inside a real rlhooks run directory, as ``rlhooks simulate`` makes it;
-    (the entries it wrote without claiming them, the refusal a rerun of that run would give)."""
+    """A full run of the plugin (2 steps, then a validation) inside a real rlhooks run directory, as
+    ``rlhooks simulate`` makes it: (the entries it wrote without claiming them, the refusal a rerun of
+    that run would give)."""
     from rlhooks.core import rundir
 
     run_dir = Path(harness.run.run_dir)
@@ -664,6 +665,12 @@ def _claimed_run(harness: PluginHarness, trajectory_batch_factory: BatchFactory,
             check_none_result(harness.start(), f"{describe(harness.plugin)}.on_run_start")
         harness.started = True
         _run_steps(harness, trajectory_batch_factory, steps=2, generations=1, prompt_batch_factory=prompt_batch_factory)
+        if harness.implements("on_validation_end"):  # a plugin may log held-out results to a file of its own
+            metrics, per_source = make_validation_results(2)
+            per_source_view = MappingProxyType({src: MappingProxyType(m) for src, m in per_source.items()})
+            check_metrics_result(harness.call("on_validation_end", step=2, metrics=MappingProxyType(metrics),
+                                              per_source=per_source_view),
+                                 f"{describe(harness.plugin)}.on_validation_end")
         check_none_result(harness.end("success"), f"{describe(harness.plugin)}.on_run_end")
     finally:
         rd.finish("success")

@@ -30,6 +30,7 @@ ENTRY_POINTS = {
     "test_full_at_end": "FullDiskAtEndBackend",
     "test_hang_at_end": "HangAtEndBackend",
     "test_settings_attr": "SettingsAttrBackend",
+    "test_stateful": "StatefulBackend",
 }
 
 
@@ -76,6 +77,36 @@ class CountingBackend:
     @hookimpl
     def on_run_end(self, status: str) -> None:
         self._record("end", status)
+
+
+@attrs.frozen(kw_only=True)
+class _StatefulOpts(_Opts):
+    #: request the run's stop from log_metrics of this step (0: never)
+    stop_at_step: int = 0
+
+
+class StatefulBackend(CountingBackend):
+    """Keeps how many steps it logged across a resume (state_dict) and may ask the run to stop, both
+    from its dispatch thread."""
+
+    Options = _StatefulOpts
+
+    @hookimpl
+    def on_run_start(self, run: Any) -> None:
+        self.run = run
+        super().on_run_start(run)
+
+    @hookimpl
+    def log_metrics(self, step: int, metrics: Any) -> None:
+        super().log_metrics(step, metrics)
+        if step == self.options.stop_at_step:
+            self.run.request_stop(f"the backend saw step {step}")
+
+    def state_dict(self) -> dict[str, int]:
+        return {"logged": sum(1 for kind, _ in self.events if kind == "metrics")}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        pass
 
 
 class SlowBackend(CountingBackend):

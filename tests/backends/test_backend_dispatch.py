@@ -101,6 +101,38 @@ def test_on_error_raise_surfaces_in_training_thread(installed_test_backends, tmp
             m.log_metrics(2, {"a": 2})  # the worker's error is raised at the next call
 
 
+def test_a_backends_state_holds_every_step_queued_before_the_checkpoint(installed_test_backends,
+                                                                        tmp_path: Path) -> None:
+    """state_dict() of a backend (saved with each checkpoint) is read once its dispatch thread has
+    handled every call queued before it: a resumed run must not lose the steps still in its queue."""
+    m = _manager(tmp_path, [{"name": "test_stateful", "delay_s": 0.005}])
+    with m.running():
+        for step in range(1, 21):
+            m.log_metrics(step, {"a": step})
+        assert m.state_dict()["backends[0]"] == {"logged": 20}
+
+
+def test_a_stop_asked_on_a_backends_dispatch_thread_names_that_backend(installed_test_backends,
+                                                                        tmp_path: Path) -> None:
+    """The hook that returns next in the training thread did not ask: the backend whose thread did is named."""
+
+    class StepEnd:
+        @rlhooks.hookimpl
+        def on_step_end(self, step):
+            return {"x": 1.0}
+
+    cfg = rlhooks.host.load_config({"run": {"name": "dispatch"},
+                                    "backends": [{"name": "test_stateful", "stop_at_step": 2}]})
+    m = rlhooks.host.RunManager(cfg, run_dir=tmp_path / "run", extra_plugins=[("step_end_plugin", StepEnd())])
+    with m.running():
+        for step in range(1, 4):
+            m.step_end(step, rlhooks.Batch({}), {})
+            m.log_metrics(step, {"a": step})
+            dispatch.flush_all(5)  # the backend's log_metrics ran before the next step's hooks
+    assert m.context.stop_reason == "the backend saw step 2"
+    assert m.context.stopped_by == "test_stateful (backends[0])" and m.final_status == "stopped"
+
+
 def test_full_queue_makes_producer_wait_and_drops_nothing(installed_test_backends, tmp_path: Path) -> None:
     m = _manager(tmp_path, [{"name": "test_slow", "delay_s": 0.01, "queue_size": 2}])
     with structlog.testing.capture_logs() as logs, m.running():

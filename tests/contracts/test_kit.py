@@ -521,3 +521,105 @@ class TestP(HookPluginContract):
     result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:asyncio")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*xfail_checks names 'test_log_metric_returns_none'*did you mean 'test_log_metrics_returns_none'*"])
+
+
+def test_a_file_written_from_on_validation_end_must_be_claimed(pytester: pytest.Pytester) -> None:
+    """The claimed-files run validates too: a plugin logging held-out results to its own file is checked."""
+    pytester.makepyfile(test_validation_log='''
+import pytest
+from rlhooks import hookimpl
+from rlhooks.testing import HookPluginContract
+
+class ValidationLog:
+    @hookimpl
+    def on_run_start(self, run):
+        self.run_dir = run.run_dir
+
+    @hookimpl
+    def on_validation_end(self, step, per_source):
+        with open(self.run_dir / "validation.csv", "a") as f:  # not claimed: a rerun would refuse
+            f.writelines(f"{step},{source},{m['score']}\\n" for source, m in per_source.items())
+
+class TestValidationLog(HookPluginContract):
+    plugin_class = ValidationLog
+
+    @pytest.fixture
+    def plugin(self):
+        return ValidationLog()
+''')
+    rec = pytester.inline_run("-p", "no:cacheprovider", "-p", "no:asyncio", "-q", "-k", "files_are_claimed")
+    failed = [r for r in rec.getreports("pytest_runtest_logreport") if r.when == "call" and r.failed]
+    assert [r.nodeid.split("::", 1)[1] for r in failed] == ["TestValidationLog::test_run_dir_files_are_claimed"]
+    assert "wrote 'validation.csv' into the run directory without claiming it" in str(failed[0].longrepr)
+
+
+def _docs_block(page: str, marker: str) -> str:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / page).read_text(encoding="utf-8")
+    return next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if marker in b)
+
+
+def test_the_write_plugins_easiest_first_resumes_mid_epoch() -> None:
+    """In process (the slow test below runs the whole kit on it): the guide's sampler continues
+    where a saved one stopped, as SamplerContract's mid-epoch round trip requires."""
+    namespace: dict = {}
+    exec(compile(_docs_block("how-to/write-plugins.md", "class EasiestFirst"), "write-plugins.md", "exec"), namespace)
+    data = namespace["make_dataset"](40, columns=("extra_info.difficulty",))
+    first = namespace["EasiestFirst"](None, data, batch_size=4)
+    it = iter(first)
+    head = [next(it) for _ in range(15)]
+    resumed = namespace["EasiestFirst"](None, data, batch_size=4)
+    resumed.load_state_dict(first.state_dict())
+    assert head + list(resumed) == list(namespace["EasiestFirst"](None, data, batch_size=4))
+
+
+def test_the_write_plugins_held_out_guard_passes_the_kit(pytester: pytest.Pytester) -> None:
+    """The validation, checkpoint and state checks (cheap) on the guide's HeldOutGuard: a validation
+    without sources, a checkpoint made before the plugin was added."""
+    guard = _docs_block("how-to/write-plugins.md", "class HeldOutGuard").split("# driven as an engine would")[0]
+    pytester.makepyfile(test_guard=guard + '''
+import pytest
+from rlhooks.testing import HookPluginContract
+
+class TestHeldOutGuard(HookPluginContract):
+    @pytest.fixture
+    def plugin(self):
+        return HeldOutGuard()
+''')
+    rec = pytester.inline_run("-p", "no:cacheprovider", "-p", "no:asyncio", "-q", "-k",
+                              "validation_end or checkpoint or state_dict")
+    passed, skipped, failed = rec.listoutcomes()
+    assert not failed, [r.nodeid for r in failed]
+    assert len(passed) >= 6  # the validation, checkpoint and state checks ran
+
+
+@pytest.mark.slow  # the whole kit on three plugins: ~6 s of CPU
+def test_the_write_plugins_examples_pass_the_kit(pytester: pytest.Pytester) -> None:
+    """The guide's plugins are what an author copies: the kit passes each, HeldOutGuard included (a
+    validation without sources, a checkpoint made before the plugin was added) and EasiestFirst (a
+    resumed run continues mid-epoch)."""
+    guard = _docs_block("how-to/write-plugins.md", "class HeldOutGuard").split("# driven as an engine would")[0]
+    sampler = _docs_block("how-to/write-plugins.md", "class EasiestFirst").split("data = make_dataset")[0]
+    judge = _docs_block("how-to/write-plugins.md", "class ExactJudge").split("judge = ExactJudge()")[0]
+    pytester.makepyfile(test_guide=guard + sampler + judge + '''
+import pytest
+from rlhooks.testing import HookPluginContract, RewardFunctionContract, SamplerContract
+
+class TestHeldOutGuard(HookPluginContract):
+    @pytest.fixture
+    def plugin(self):
+        return HeldOutGuard()
+
+class TestEasiestFirst(SamplerContract):
+    plugin_class = EasiestFirst
+
+class TestExactJudge(RewardFunctionContract):
+    plugin_class = ExactJudge
+''')
+    rec = pytester.inline_run("-p", "no:cacheprovider", "-p", "no:asyncio", "-q")
+    passed, skipped, failed = rec.listoutcomes()
+    assert not failed, [r.nodeid for r in failed]
+    ran = {r.nodeid.split("::")[1] for r in passed}
+    assert ran == {"TestHeldOutGuard", "TestEasiestFirst", "TestExactJudge"}

@@ -6,7 +6,7 @@ import pytest
 from rlhooks import Batch, PluginError, hookimpl
 from rlhooks.host import RunManager, load_config
 from rlhooks.core.data import DatasetColumns
-from rlhooks.core.manager import MAX_CONSECUTIVE_FAILURES, HookValidationError
+from rlhooks.core.manager import MAX_CONSECUTIVE_FAILURES, NAMES_KEY, HookValidationError
 
 from .manager_helpers import batch, manager
 
@@ -260,6 +260,22 @@ def test_sampler_built_by_engine_and_state_round_trip(tmp_path, reg):
     m2 = manager({"sampler": "FancySampler", "plugins": ["counter"]}, tmp_path, reg)
     m2.load_state_dict(state)
     assert m2.step_end(3, batch(), {}) == {"counter/steps": 3}
+
+
+def test_a_resumed_run_whose_plugin_list_changed_restores_each_state_into_its_saver(tmp_path, reg):
+    """State is saved by config path; a resumed config with a plugin added in front (or the list
+    reordered) restores it into the component of the same name, not into whatever is now at that path."""
+    m = manager({"plugins": ["counter"]}, tmp_path, reg)
+    m.step_end(1, batch(), {})
+    state = m.state_dict()
+    assert state[NAMES_KEY] == {"plugins[0]": "counter"}
+    resumed = manager({"plugins": ["sloppy", "counter"]}, tmp_path, reg)  # sloppy keeps no state
+    resumed.load_state_dict(state)
+    assert resumed.step_end(2, batch(), {}) == {"counter/steps": 2}
+    # a state saved before the names were kept loads by path, as it always did
+    older = manager({"plugins": ["counter"]}, tmp_path, reg)
+    older.load_state_dict({k: v for k, v in state.items() if k != NAMES_KEY})
+    assert older.step_end(2, batch(), {}) == {"counter/steps": 2}
 
 
 def test_constructor_failure_names_the_plugin(tmp_path, reg):

@@ -12,6 +12,7 @@ import numpy as np  # noqa: E402
 
 from rlhooks import hookimpl  # noqa: E402
 from rlhooks.engines.verl.adapter import validation_per_source  # noqa: E402
+from rlhooks.engines.verl.checkpoints import MANIFEST_KEY, read_state  # noqa: E402
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer  # noqa: E402
 from .test_verl_trainer import make_trainer, verl_config  # noqa: E402
 from .verl_shim_helpers import Recorder, write_dataset  # noqa: E402
@@ -71,6 +72,7 @@ class Validations(Recorder):
     @hookimpl
     def on_save_checkpoint(self, step, checkpoint_dir):
         self.events.append(("on_save_checkpoint", step, checkpoint_dir))
+        (checkpoint_dir / "validations.txt").write_text(str(len(self.of("on_validation_end"))))  # its own file
 
     @hookimpl
     def on_load_checkpoint(self, step, checkpoint_dir):
@@ -102,6 +104,8 @@ def test_a_plugin_stops_verls_loop_with_a_checkpoint_and_resume_fires_on_load(tm
     assert rec.of("on_save_checkpoint") == [("on_save_checkpoint", 1, ckpt)]
     assert rec.of("on_run_end") == [("on_run_end", "stopped")] and rec.run.stop_reason == "stop at 1"
     assert (ckpt / "rlhooks.pt").exists() and (ckpt / "data.pt").exists()
+    # the plugin's file is in the seal's list: rotation removes it with the checkpoint, resume checks its size
+    assert read_state(ckpt)[MANIFEST_KEY]["validations.txt"] == (ckpt / "validations.txt").stat().st_size
 
     again = Validations()
     make_trainer(verl_config(data_file, tmp_path, 2, {}, "trainer.save_freq=-1"), tokenizer, again).fit()

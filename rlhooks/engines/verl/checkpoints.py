@@ -231,6 +231,14 @@ def write_state(folder: str | Path, state: Mapping[str, Any], manifest: Mapping[
     return path
 
 
+def reseal(folder: str | Path) -> Path:
+    """rlhooks.pt rewritten with every file the folder holds now: what plugins wrote in
+    ``on_save_checkpoint`` (after the seal) is then listed, so it is size-checked and rotated out with
+    the checkpoint instead of keeping the folder alive."""
+    state = {k: v for k, v in read_state(folder).items() if k != MANIFEST_KEY}
+    return write_state(folder, state, manifest_of(Path(folder)))
+
+
 def write_tracker(root: str | Path, step: int) -> None:
     root = Path(root)
     _write_atomic(root / TRACKER, lambda tmp: Path(tmp).write_text(str(int(step))))

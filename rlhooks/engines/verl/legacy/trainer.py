@@ -314,6 +314,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 if self._saved_folder is not None:  # checkpointed this step: the state after on_step_end
                     self._write_rlhooks_state(self._saved_folder)
                     self.rl.checkpoint_saved(step, self._saved_folder)
+                    checkpoints.reseal(self._saved_folder)  # the plugins' own files join the seal's list
                     self._saved_folder = None
                 logger.log(data=merged, step=step)
 
