@@ -243,7 +243,7 @@ def async_runs(cpu_v1_ray, tmp_path_factory):
 
 
 def test_a_colocate_async_checkpoint_holds_groups_in_flight(async_runs):
-    straight, resumed = async_runs
+    straight, _ = async_runs
     assert (straight.out / "ckpt" / "global_step_2" / "transfer_queue").is_dir()  # verl's async path is on
     from rlhooks.engines.verl.v1.trainer import prompt_uid
 
