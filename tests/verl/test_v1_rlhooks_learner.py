@@ -84,7 +84,3 @@ def test_rlhooks_hooks_run_on_v1_and_resume_exactly(rlhooks_runs):
     resumed_state = torch.load(out / "resumed" / "ckpt" / "global_step_3" / "rlhooks.pt", weights_only=False)
     assert set(resumed_state["components"]) == set(state["components"])
     assert resumed[3]["filter/trained_groups"] == full[3]["filter/trained_groups"] == 4
-    # the resumed step generates what the straight step did (it saw 9 vs 12 groups before the buffer judged
-    # in waves: docs/how-to/verl.md, "Checkpoints and exact resume"); test_v1_resume.py checks the groups
-    for key in ("filter/generated_groups", "filter/kept_groups", "train/num_gen_batches", "filter/discarded_surplus"):
-        assert resumed[3][key] == full[3][key], key
