@@ -27,6 +27,7 @@ from rlhooks.core.errors import RLHooksError  # noqa: E402
 from rlhooks.engines.verl.cpu import platform, policy  # noqa: E402
 from rlhooks.engines.verl.main import compose_verl_config  # noqa: E402
 from rlhooks.engines.verl.legacy.trainer import RLHooksRayPPOTrainer  # noqa: E402
+from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer  # noqa: E402
 from rlhooks.engines.verl.v1.trainer import RLHooksPPOTrainerSync  # noqa: E402
 
 pytestmark = pytest.mark.verl
@@ -113,6 +114,9 @@ def make_trainer(actor, root: Path, run_dir: Path, *overrides: str):
         trainer = object.__new__(RLHooksPPOTrainerSync)
         trainer.checkpoint_callback = build_checkpoint_callback(cfg)  # as verl's V1 __init__ builds it
         trainer._saved_folder, trainer._checkpoint_writer = None, None
+        trainer._prompts_drawn = 0
+        trainer.replay_buffer = RLHooksReplayBuffer(trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None,
+                                                    max_off_policy_strategy="drop", sampler_kwargs={})
     else:
         trainer = object.__new__(RLHooksRayPPOTrainer)
     trainer.config, trainer.global_steps, trainer._epoch = cfg, 0, 0
@@ -355,6 +359,20 @@ def test_a_checkpoint_verl_wrote_alone_still_resumes(actor, tmp_path):
     resumed, step = resume(actor, root, run_dir)
     assert step == 2 and weights_step(actor) == 2 and resumed.rl.loaded is None
 
+
+@pytest.mark.parametrize("trainer_kind", ["v1"], indirect=True)  # V1 only: the legacy trainer has no replay buffer
+def test_v1_resumes_its_prompt_count_and_the_verdicts_on_groups_still_buffered(actor, tmp_path):
+    """V1's uids count the prompts drawn, and groups judged before a checkpoint come back with verl's async
+    TransferQueue checkpoint: both are in rlhooks.pt, so uids continue and no group is judged twice."""
+    root, run_dir = tmp_path / "ckpt", tmp_path / "run"
+    trainer = make_trainer(actor, root, run_dir)
+    trainer._prompts_drawn = 37
+    trainer.replay_buffer._dapo_classification_cache["train"].update({"kept": None, "dropped": 0.0})
+    save(trainer, 2)
+    resumed, step = resume(actor, root, run_dir)
+    assert step == 2 and resumed._prompts_drawn == 37
+    assert resumed.replay_buffer.judged_groups() == {"kept": None, "dropped": 0.0}
+    assert resumed.rl.loaded == {"sampler": {"value": 2}} and resumed.rl.loaded_from == (2, str(root / "global_step_2"))
 
 
 @pytest.mark.slow  # three `rlhooks train` processes on the CPU learner (~1 min each here)

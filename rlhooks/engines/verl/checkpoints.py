@@ -1,8 +1,9 @@
 """Checkpoints a user can trust: what "complete" means, the save order, and the resume decision.
 
-Used by the legacy trainer's restatement (``trainer.py``) and meant for any trainer that saves verl
+Used by both trainers (``legacy/trainer.py``, ``v1/trainer.py``) and meant for any trainer that saves verl
 checkpoints into ``trainer.default_local_dir`` (``global_step_<N>/`` folders and verl's tracker
-``latest_checkpointed_iteration.txt``); it reads nothing from a trainer class.
+``latest_checkpointed_iteration.txt``); it imports no trainer class (:func:`load_with_plan` reads the
+few attributes both trainers have).
 
 **Complete.** A checkpoint folder ``global_step_<N>`` is complete when
 
@@ -50,6 +51,7 @@ import attrs
 import structlog
 
 from rlhooks.core.errors import ConfigError, ConfigIssue, RLHooksError
+from rlhooks.core.records import METRICS_FILE
 
 log = structlog.get_logger("rlhooks.verl")
 
@@ -467,6 +469,34 @@ def _resume(found: Inspection, root: Path, roles: Mapping[str, Sequence[str]], n
         log.warning(f"resuming from step {found.step}: this run's saves replace the later checkpoint folders of "
                     f"the same steps", checkpoint_dir=str(root), later_steps=later)
     return ResumePlan(found.folder, found.step, found.state)
+
+
+def load_with_plan(trainer: Any, load: Callable[[], Any],
+                   restore: Callable[[dict[str, Any]], None] | None = None) -> tuple[ResumePlan, Any]:
+    """A trainer's ``_load_checkpoint`` (both trainers): :func:`plan_resume` (a checkpoint that must not be
+    resumed is refused before verl touches it), verl's own loader (``load``: the trainer's
+    ``super()._load_checkpoint``, whose rules pick ``plan.folder``), its failure as one :func:`load_error`,
+    then the rlhooks components from ``rlhooks.pt``, the trainer's own saved state (``restore(state)``, before
+    any plugin hears of the resume) and ``on_load_checkpoint``. Returns the plan and what ``load`` returned.
+
+    The trainer provides ``config``, ``use_critic``, ``global_steps`` (set by ``load``) and ``rl`` (its
+    RunManager: ``run_dir``, ``load_state_dict``, ``checkpoint_loaded``)."""
+    config = trainer.config
+    plan = plan_resume(config, use_critic=trainer.use_critic, metrics_file=trainer.rl.run_dir / METRICS_FILE)
+    try:
+        out = load()
+    except Exception as exc:
+        if plan.folder is None:
+            raise
+        raise load_error(plan, exc, config.trainer.default_local_dir, roles_of(config, trainer.use_critic)) from exc
+    if plan.folder is None or plan.state is None:
+        return plan, out
+    trainer.rl.load_state_dict(plan.state["components"])
+    if restore is not None:
+        restore(plan.state)
+    log.info("restored rlhooks state", folder=str(plan.folder), components=list(plan.state["components"]))
+    trainer.rl.checkpoint_loaded(trainer.global_steps, str(plan.folder))
+    return plan, out
 
 
 def load_error(plan: ResumePlan, exc: BaseException, root: str | Path, roles: Mapping[str, Sequence[str]]) -> CheckpointError:

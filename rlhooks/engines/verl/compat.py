@@ -119,7 +119,9 @@ V1_RELIED_ON: tuple[str, ...] = (
     _BUFFER + "_dapo_filtered_keys",  # overridden: the rlhooks filters decide which groups are evicted
     _BUFFER + "_terminal_eviction_reasons",
     _BUFFER + "_evict_terminal_groups",
-    _BUFFER + "_sync_metadata_from_transfer_queue",
+    _BUFFER + "_sync_metadata_from_transfer_queue",  # overridden: finished groups shown in waves (exact resume)
+    _BUFFER + "_select_prompt_uids",  # overridden with uids in draw order: verl sorts by step, stably
+    _BUFFER + "_materialize_batch",  # overridden with the snapshot in uid order: the trained batch's row order
     "verl.trainer.ppo.v1.agent_loop_tq:AgentLoopWorkerTQ._agent_loop_postprocess",  # the fields put into TQ
     # colocate_async (v1/async_trainers.py): verl's async lifecycle taken whole, its async buffer subclassed
     "verl.trainer.ppo.v1.trainer_colocate_async:PPOTrainerColocateAsync",

@@ -47,7 +47,6 @@ from rlhooks.core.data import declared_columns
 from rlhooks.core.driver import StepDriver
 from rlhooks.core.errors import ConfigError, ConfigIssue
 from rlhooks.core.manager import RunManager
-from rlhooks.core.records import METRICS_FILE
 from rlhooks.engines.verl import adapter, checkpoints, compat
 from rlhooks.engines.verl.config import rlhooks_config
 from verl import DataProto
@@ -549,25 +548,13 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
         checkpoints.write_state(folder, self._rlhooks_state())  # keeps the seal's list of files
 
     def _load_checkpoint(self):
-        plan = checkpoints.plan_resume(self.config, use_critic=self.use_critic,
-                                       metrics_file=self.rl.run_dir / METRICS_FILE)
-        try:
-            out = super()._load_checkpoint()  # verl's rules pick plan.folder (the tracked or the named one)
-        except Exception as exc:
-            if plan.folder is None:
-                raise
-            raise checkpoints.load_error(plan, exc, self.config.trainer.default_local_dir,
-                                         checkpoints.roles_of(self.config, self.use_critic)) from exc
-        if plan.folder is None or plan.state is None:
-            return out
-        # Also restores the sampler when verl skips data.pt at an epoch boundary: with dynamic
-        # sampling, steps and dataloader batches are not aligned.
-        self.rl.load_state_dict(plan.state["components"])
-        self._epoch = int(plan.state.get("epoch", 0))
-        self._batches = None
-        log.info("restored rlhooks state", folder=str(plan.folder), components=list(plan.state["components"]))
-        self.rl.checkpoint_loaded(self.global_steps, str(plan.folder))
-        return out
+        def restore(state: dict[str, Any]) -> None:
+            # Also restores the sampler when verl skips data.pt at an epoch boundary: with dynamic
+            # sampling, steps and dataloader batches are not aligned.
+            self._epoch = int(state.get("epoch", 0))
+            self._batches = None
+
+        return checkpoints.load_with_plan(self, super()._load_checkpoint, restore)[1]
 
 
 #: the dynamic-sampling document's name for this trainer (``from verl.trainer.ppo import

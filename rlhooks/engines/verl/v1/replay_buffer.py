@@ -13,11 +13,27 @@ drop are evicted and refilled exactly as verl evicts DAPO-filtered ones.
 
 The buffer needs the rlhooks trainer (``trainer.v1.trainer_mode=rlhooks_sync``), which attaches itself;
 validation batches (partition ``val``) pass through untouched, as in verl.
+
+**Exact resume (and a reproducible run).** verl's sync ``sample()`` acts at each poll on the groups that
+have finished by then: each evicted group adds 2 refill credits, refills go into the in-flight slots
+freed so far, and draining starts the moment enough groups are kept; the surplus is whichever kept groups
+a set of random ``uuid4`` uids lists last. So how many prompts a step draws from the dataloader (hence
+every later step's prompts), which extra groups are generated while draining, which groups on_rewards_computed
+sees together and which kept groups train all depend on when groups finish relative to the 2 s polls: a
+straight run does not reproduce itself, and a resumed one cannot reproduce it. Here, with rlhooks filters
+in verl's sync mode, finished groups are shown to verl's loop in *waves*: a group that finishes while
+others of the step are still generating is reported as running until none is (:meth:`_sync_metadata_from_transfer_queue`),
+so verl's eviction, 2k refill, draining and surplus rules act on whole waves, whose outcome generation
+(seeded per request) decides, never timing. Groups are ordered by uid (the trainer's uids count the
+prompts it draws), so judging, selection (oldest step, then first drawn) and the trained batch's row order
+are the uninterrupted run's. Cost: refills wait for the slowest group of a wave instead of filling each
+slot as it frees. What is judged is saved in ``rlhooks.pt`` (:meth:`judged_groups`), so a group that
+TransferQueue's checkpoint brings back (verl's async modes) is never judged twice.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
 import numpy as np
@@ -26,10 +42,17 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
 from rlhooks.core.errors import RLHooksError
 from rlhooks.engines.verl.v1 import TRAINER_MODE
-from rlhooks.engines.verl.v1.batches import SCORED_FIELDS, group_order, scored_batch
+from rlhooks.engines.verl.v1.batches import SCORED_FIELDS, scored_batch
 
 #: what verl's sample() sees as "DAPO enabled" when rlhooks filters run (any non-None metric name)
 RLHOOKS_FILTERS = "rlhooks filters"
+
+
+def trajectory_key(key: str) -> tuple[str, int, int]:
+    """Sort key of a TransferQueue trajectory key ``{uid}_{session}_{index}`` (a prompt key: its uid)."""
+    uid, _, rest = key.partition("_")
+    session, _, index = rest.partition("_")
+    return uid, int(session or -1), int(index or -1)
 
 
 class RLHooksReplayBuffer(ReplayBuffer):
@@ -39,6 +62,8 @@ class RLHooksReplayBuffer(ReplayBuffer):
         super().__init__(*args, **kwargs)
         #: the rlhooks trainer (RLHooksPPOTrainerSync; not imported here: it imports this module)
         self.trainer: Any = None
+        #: partition -> terminal groups verl's loop has been shown (waves, see the module docstring)
+        self._released: dict[str, set[str]] = defaultdict(set)
 
     def attach(self, trainer: Any, *, filters: bool, train_batch_size: int, gen_batch_size: int,
                max_inflight_gen_batches: int) -> None:
@@ -62,6 +87,51 @@ class RLHooksReplayBuffer(ReplayBuffer):
             )
         return super().sample(global_steps=global_steps, partition_id=partition_id, batch_size=batch_size)
 
+    @property
+    def judges_in_waves(self) -> bool:
+        """verl's sync sampling with rlhooks filters: the eviction-and-refill loop whose decisions depend on
+        when groups finish (module docstring)."""
+        return self.trainer is not None and self.filter_groups_metric == RLHOOKS_FILTERS and self.trainer_mode == "sync"
+
+    def _sync_metadata_from_transfer_queue(self):
+        """verl's snapshot of TransferQueue; in waves, groups that finished while others are still in flight
+        stay "running" for verl's loop until the whole wave has finished."""
+        super()._sync_metadata_from_transfer_queue()
+        if not self.judges_in_waves:
+            return
+        for partition_id in list(self.finished_keys.keys() | self.failure_keys.keys()):
+            if partition_id == "val":
+                continue
+            terminal = self.finished_keys[partition_id] | self.failure_keys[partition_id]
+            released = self._released[partition_id]
+            released &= terminal  # groups cleared since (trained, evicted, surplus) leave
+            if not (self.pending_keys[partition_id] or self.running_keys[partition_id]):
+                released |= terminal
+                continue
+            held = terminal - released
+            self.finished_keys[partition_id] -= held
+            self.failure_keys[partition_id] -= held
+            self.running_keys[partition_id] |= held
+
+    def _select_prompt_uids(self, partition_id: str, sampleable_keys: set[str], batch_size: int):
+        # verl sorts by step (stable); over uids in draw order instead of a set's order, the first drawn win
+        return super()._select_prompt_uids(partition_id, sorted(sampleable_keys), batch_size)  # type: ignore[arg-type]
+
+    def _materialize_batch(self, partition_id: str, selected_prompt_uids: list[str], partition_snapshot: dict[str, dict]):
+        # the trained batch's rows in (uid, session, output) order, not TransferQueue's arrival order
+        ordered = dict(sorted(partition_snapshot.items(), key=lambda item: trajectory_key(item[0])))
+        return super()._materialize_batch(partition_id, selected_prompt_uids, ordered)
+
+    def judged_groups(self) -> dict[str, float | None]:
+        """The training groups judged so far and still in the buffer: uid -> None (kept) or the dropped group's
+        mean reward (saved in rlhooks.pt)."""
+        return dict(self._dapo_classification_cache["train"])
+
+    def restore_judged_groups(self, judged: dict[str, float | None]) -> None:
+        """A resume: the verdicts on groups judged before the checkpoint. Verdicts on groups no longer in
+        TransferQueue are dropped at the next poll, as verl drops its own."""
+        self._dapo_classification_cache["train"].update(judged)
+
     def _dapo_filtered_keys(self, partition_id: str) -> tuple[set[str], Counter]:
         """Groups the rlhooks filters drop among those finished so far (each group judged once, when it
         finishes), and ``{group mean reward: count}`` of them for verl's filtered-groups table."""
@@ -81,11 +151,10 @@ class RLHooksReplayBuffer(ReplayBuffer):
         """Newly finished groups through the rlhooks trainer: uid -> None (kept) or the group's mean reward
         (dropped by a filter)."""
         assert self.trainer is not None
-        keys = [key for key in self.partitions[partition_id] if key.split("_")[0] in uids]
+        keys = sorted((key for key in self.partitions[partition_id] if key.split("_")[0] in uids), key=trajectory_key)
         out: dict[str, float | None] = {uid: None for uid in uids}
         if not keys:
             return out
-        keys = [keys[i] for i in group_order(keys)]
         present = self._present_fields(partition_id, keys[0])
         data = tq.kv_batch_get(keys=keys, partition_id=partition_id,
                                select_fields=[f for f in SCORED_FIELDS if f in present])

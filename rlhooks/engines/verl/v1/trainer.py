@@ -26,6 +26,7 @@ in ``rlhooks.pt``. Reward functions run in verl's reward-loop workers through th
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -47,7 +48,6 @@ from rlhooks.core.data import declared_columns
 from rlhooks.core.driver import StepDriver
 from rlhooks.core.errors import ConfigError, ConfigIssue
 from rlhooks.core.manager import RunManager, merge_metrics
-from rlhooks.core.records import METRICS_FILE
 from rlhooks.engines.verl import adapter, checkpoints, compat
 from rlhooks.engines.verl.config import BLOCK, rlhooks_config
 from rlhooks.engines.verl.v1 import (  # noqa: F401 (ADAPTER_MODULE, adapter_functions: also imported from here)
@@ -72,6 +72,7 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         self._saved_folder: str | None = None
         self._checkpoint_writer: checkpoints.CheckpointWriter | None = None
         self._val_metrics: dict[str, Any] | None = None
+        self._prompts_drawn = 0  # uids: prompt_uid(n) for the run's n-th prompt; restored on resume
         super().__init__(config)  # builds the replay buffer: verl's custom sampler
         if not isinstance(self.replay_buffer, RLHooksReplayBuffer):
             raise ConfigError([ConfigIssue(
@@ -313,29 +314,40 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         self.checkpoint_callback.on_save(trainer=self, global_step=step, checkpoint_dir=str(folder), async_save=False)
 
     def _rlhooks_state(self) -> dict[str, Any]:
-        return {"components": self.rl.state_dict(), "trainer": TRAINER_MODE}
+        return {"components": self.rl.state_dict(), "trainer": TRAINER_MODE,
+                "prompts_drawn": self._prompts_drawn, "judged_groups": self.replay_buffer.judged_groups()}
 
     def _write_rlhooks_state(self, folder: str) -> None:
         checkpoints.write_state(folder, self._rlhooks_state())  # keeps the seal's list of files
 
     def _load_checkpoint(self):
         """verl's load, after checkpoints.plan_resume: a missing tracked checkpoint, a damaged file or a
-        spliced run directory is one CheckpointError naming the way out, not a traceback nor a silent restart."""
-        plan = checkpoints.plan_resume(self.config, use_critic=self.use_critic,
-                                       metrics_file=self.rl.run_dir / METRICS_FILE)
-        try:
-            out = super()._load_checkpoint()  # verl's rules pick plan.folder (the tracked or the named one)
-        except Exception as exc:
-            if plan.folder is None:
-                raise
-            raise checkpoints.load_error(plan, exc, self.config.trainer.default_local_dir,
-                                         checkpoints.roles_of(self.config, self.use_critic)) from exc
-        if plan.folder is None or plan.state is None:
-            return out
-        self.rl.load_state_dict(plan.state["components"])
-        log.info("restored rlhooks state", folder=str(plan.folder), components=list(plan.state["components"]))
-        self.rl.checkpoint_loaded(self.global_steps, str(plan.folder))
-        return out
+        spliced run directory is one CheckpointError naming the way out, not a traceback nor a silent restart.
+        Besides the components: the prompt counter (uids continue where the run stopped) and the verdicts on
+        the groups TransferQueue's checkpoint brings back (verl's async modes), so none is judged twice."""
+        def restore(state: dict[str, Any]) -> None:
+            if "prompts_drawn" in state:
+                self._prompts_drawn = int(state["prompts_drawn"])
+            else:  # an older rlhooks.pt: uids that cannot meet the ones TransferQueue may restore
+                self._prompts_drawn = uuid.uuid4().int >> 64 << 64
+            self.replay_buffer.restore_judged_groups(state.get("judged_groups") or {})
+
+        return checkpoints.load_with_plan(self, super()._load_checkpoint, restore)[1]
+
+    # -- prompt uids ---------------------------------------------------------------------------
+    def _fetch_one_gen_batch(self):
+        """verl's dataloader fetch with the n-th prompt the run draws as its uid (verl draws ``uuid4``): the
+        replay buffer orders groups by uid, i.e. by when their prompts were drawn, so a resumed run judges,
+        selects and trains the groups in the uninterrupted run's order (and with its uids)."""
+        batch = super()._fetch_one_gen_batch()
+        first, self._prompts_drawn = self._prompts_drawn, self._prompts_drawn + len(batch)
+        tu.assign_non_tensor_stack(batch, "uid", [prompt_uid(i) for i in range(first, first + len(batch))])
+        return batch
+
+
+def prompt_uid(n: int) -> str:
+    """The uid of the run's n-th drawn prompt: UUID-shaped, like verl's, and sorting as ``n`` does."""
+    return str(uuid.UUID(int=n))
 
 
 class _PromptSource:
@@ -359,4 +371,4 @@ class _PromptSource:
         return tu.concat_tensordict([p.exclude("global_steps") if "global_steps" in p.keys() else p for p in payloads])
 
 
-__all__ = ["RLHooksPPOTrainerSync", "adapter_functions"]
+__all__ = ["RLHooksPPOTrainerSync", "adapter_functions", "prompt_uid"]
