@@ -24,6 +24,7 @@ pytest.importorskip("verl.trainer.ppo.v1", reason="needs verl[verl-core]")
 from rlhooks.core.batch import Batch  # noqa: E402
 from rlhooks.core.driver import StepDriver  # noqa: E402
 from rlhooks.core.manager import RunManager  # noqa: E402
+from rlhooks.engines.verl.checkpoints import MANIFEST_KEY, read_state  # noqa: E402
 from rlhooks.engines.verl.config import rlhooks_config  # noqa: E402
 from rlhooks.engines.verl.main import build_config  # noqa: E402
 
@@ -63,6 +64,7 @@ def v1_trainer(tmp_path, monkeypatch, plugin, steps=3, *overrides):
     from verl.trainer.ppo.checkpoint_callback import build_checkpoint_callback
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
+    from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer
     from rlhooks.engines.verl.v1.trainer import RLHooksPPOTrainerSync
 
     cfg = build_config(None, [f"trainer.default_local_dir={tmp_path / 'ckpt'}", "trainer.logger=[console]",
@@ -75,9 +77,11 @@ def v1_trainer(tmp_path, monkeypatch, plugin, steps=3, *overrides):
     t = object.__new__(RLHooksPPOTrainerSync)
     t.config, t.global_steps, t.use_critic, t.use_reference_policy = cfg, 0, False, False
     t.total_training_steps, t.steps_per_epoch = steps, steps
-    t._saved_folder, t._checkpoint_writer, t._val_metrics = None, None, None
+    t._saved_folder, t._checkpoint_writer, t._val_metrics, t._prompts_drawn = None, None, None, 0
     t.adapter_functions, t._step_metrics = (), {}
     t.actor_rollout_wg, t.checkpoint_manager = ActorFiles(), NoWeightSync()
+    t.replay_buffer = object.__new__(RLHooksReplayBuffer)  # what rlhooks.pt reads of it: the verdict cache
+    t.replay_buffer._dapo_classification_cache = {"train": {}, "val": {}}
     t.checkpoint_callback = build_checkpoint_callback(cfg)
     t.train_dataloader = StatefulDataLoader(list(range(8)), batch_size=2)
     t._init_dump_executor()
@@ -115,6 +119,8 @@ def test_a_plugin_stops_verls_v1_loop_with_a_checkpoint_and_resume_fires_on_load
     assert rec.of("on_run_end") == [("on_run_end", "stopped")] and rec.run.stop_reason == "stop at 1"
     assert (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").read_text() == "1"
     assert (ckpt / "rlhooks.pt").exists() and (ckpt / "data.pt").exists()
+    # the plugin's own file, written in on_save_checkpoint after the seal, is listed in it (rotated with it)
+    assert read_state(ckpt)[MANIFEST_KEY]["validations.txt"] == (ckpt / "validations.txt").stat().st_size
     end = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()][-1]
     assert end["kind"] == "run_end" and end["status"] == "stopped"
 

@@ -242,6 +242,7 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         if self._saved_folder is not None:  # checkpointed this step: the state after on_step_end
             self._write_rlhooks_state(self._saved_folder)
             self.rl.checkpoint_saved(global_steps, self._saved_folder)
+            checkpoints.reseal(self._saved_folder)  # the plugins' own files join the seal's list
             self._saved_folder = None
         if stop:
             self._end_after_this_step(global_steps)
