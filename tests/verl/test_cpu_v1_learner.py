@@ -6,6 +6,10 @@ for the KL loss, a checkpoint at step 2, validation at step 3), then a run resum
 step-2 checkpoint. Metrics are read back from verl's own file logger. The cheap checks (which trainer
 the config selects, the config errors) run in the default suite; the runs cost minutes on 2 cores
 (``slow``; see the report in docs/how-to/cpu-learner.md for the measured figure).
+
+The default suite has one V1 run: ``rlhooks train`` itself (the rlhooks TaskRunner, hooks and replay
+buffer), cut to the cheapest run that still runs every part (see ``train_command_run``; its cost is in
+docs/DEVELOPMENT.md, "Working on the code").
 """
 
 from __future__ import annotations
