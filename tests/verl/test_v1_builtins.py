@@ -154,7 +154,8 @@ def _sampler_config(assets, out: Path, sampler: dict):
     rl = {
         "run": {"out_dir": str(out / "runs"), "name": sampler["name"]},
         "sampler": sampler,
-        "rewards": ["format_approx", "check_numbers", "source_metrics"],
+        # reward_monitor: it logs rewards/functions/<name> (the reward functions alone log only their errors)
+        "rewards": ["format_approx", "check_numbers", "source_metrics", "reward_monitor"],
         "samples": [{"name": "per_source_samples", "k": 1}, {"name": "random_samples", "k": 3}],
         "backends": ["jsonl"],
     }
