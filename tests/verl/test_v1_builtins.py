@@ -132,7 +132,7 @@ def test_the_builtins_run_together_on_v1(builtins_run):
 # -- the other samplers, one short run each, with the built-ins the run above leaves out ----------------
 
 SAMPLER_STEPS = 2
-#: sampler entry -> (the rlhooks sections the run adds, the sampler's metric keys every step logs)
+#: run name -> (the sampler entry of its rlhooks config, the prefixes of the metrics that sampler logs every step)
 SAMPLER_RUNS = {
     "learnability": ({"name": "learnability", "floor": 0.1}, ("sampler/learnability/",)),
     "dump_ucb": ({"name": "dump_ucb", "window": 16}, ("sampler/ucb/", "sampler/mean_abs_advantage/")),
