@@ -10,6 +10,15 @@ configure_logging()
 BASELINE_LOGGING = structlog.get_config()
 
 
+#: the default suite's longest tests (a V1 run on Ray, ~1 min of a worker): collected first, so pytest-xdist
+#: hands them out in its first round and the other worker's queue, not the suite's tail, absorbs them
+LONGEST_FIRST = ("tests/verl/test_cpu_v1_learner.py::test_rlhooks_train_trains_on_verls_default_v1_trainer",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.nodeid not in LONGEST_FIRST)  # stable: the rest keep their order
+
+
 @pytest.fixture(autouse=True)
 def _restore_structlog_config():
     """Tests (and session fixtures) that run a CLI in-process (``rlhooks simulate`` quiets info logs)
@@ -17,3 +26,31 @@ def _restore_structlog_config():
     structlog.configure(**BASELINE_LOGGING)
     yield
     structlog.configure(**BASELINE_LOGGING)
+
+
+def _compose_once_per_overrides() -> None:
+    """verl's Hydra compose (``compose_verl_config``: ~2 s each on 2 cores, and the verl config tests call it
+    with the same overrides many times) composes each packaged-config override list once per test process;
+    every call gets its own deep copy (struct flag kept), so a test that edits its config changes no other's.
+    A ``config_dir`` of the test's own files is composed every time (files may change between calls)."""
+    import copy
+    import functools
+
+    from rlhooks.engines.verl import main as verl_main
+
+    compose = verl_main.compose_verl_config
+    composed: dict[tuple, object] = {}
+
+    @functools.wraps(compose)
+    def compose_verl_config(overrides, *, config_dir=None, config_name=verl_main.DEFAULT_CONFIG_NAME):
+        if config_dir is not None:
+            return compose(overrides, config_dir=config_dir, config_name=config_name)
+        key = (tuple(overrides), config_name)
+        if key not in composed:
+            composed[key] = compose(overrides, config_name=config_name)
+        return copy.deepcopy(composed[key])
+
+    verl_main.compose_verl_config = compose_verl_config  # before the test modules import the name
+
+
+_compose_once_per_overrides()

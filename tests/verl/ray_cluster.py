@@ -181,7 +181,7 @@ def local_ray(init_kwargs: Mapping) -> Iterator[Path]:
         del os.environ[key]  # e.g. RAY_AUTH_TOKEN_PATH of the machine
     _refresh_ray_config()
     try:
-        ray.init(**dict(init_kwargs), _temp_dir=str(root), include_dashboard=False)
+        _init(ray, {**dict(init_kwargs), "_temp_dir": str(root), "include_dashboard": False})
         try:
             yield root
         finally:
@@ -193,3 +193,31 @@ def local_ray(init_kwargs: Mapping) -> Iterator[Path]:
             else:
                 os.environ[key] = value
         shutil.rmtree(root, ignore_errors=True)
+
+
+#: ``ray.init`` tries: Ray gives its raylet 30 s to register with the GCS (hard-coded in ``ray/_private/node.py``),
+#: which a 2-core machine under load from other test processes sometimes misses
+RAY_INIT_TRIES = 2
+
+
+def _init(ray, kwargs: Mapping) -> None:
+    """``ray.init(**kwargs)``, once more where Ray's node timed out starting; the processes the failed start
+    left (this process's children it started) are killed by their ids first."""
+    import psutil
+
+    me = psutil.Process()
+    for attempt in range(1, RAY_INIT_TRIES + 1):
+        before = {p.pid for p in me.children(recursive=True)}
+        try:
+            ray.init(**kwargs)
+            return
+        except Exception as exc:
+            if attempt == RAY_INIT_TRIES or "timed out during startup" not in str(exc):
+                raise
+            for proc in me.children(recursive=True):
+                if proc.pid not in before:
+                    try:
+                        proc.kill()
+                    except psutil.NoSuchProcess:
+                        pass
+            ray.shutdown()

@@ -6,6 +6,10 @@ for the KL loss, a checkpoint at step 2, validation at step 3), then a run resum
 step-2 checkpoint. Metrics are read back from verl's own file logger. The cheap checks (which trainer
 the config selects, the config errors) run in the default suite; the runs cost minutes on 2 cores
 (``slow``; see the report in docs/how-to/cpu-learner.md for the measured figure).
+
+The default suite has one V1 run: ``rlhooks train`` itself (the rlhooks TaskRunner, hooks and replay
+buffer), cut to the cheapest run that still runs every part (see ``train_command_run``; its cost is in
+docs/DEVELOPMENT.md, "Working on the code").
 """
 
 from __future__ import annotations
@@ -191,3 +195,82 @@ def test_the_example_config_is_a_v1_cpu_run():
     assert list(cfg.reward.custom_reward_function.reward_kwargs.functions) == [
         "format_exact", "format_approx", "check_answer", "check_numbers"]
     ray_learner.check_v1_config(cfg)  # no config error
+
+
+# -- the default suite's V1 run: `rlhooks train` on verl's V1 sync trainer (one Ray start, ~1 min) -------
+
+#: the cheapest V1 run that still runs every part: no reference policy (no KL loss), one agent-loop and one
+#: reward worker, one TransferQueue storage unit (runner.verl_overrides), 2 steps of 4 prompts x 4 answers,
+#: validation on 4 prompts at step 2, and a checkpoint at step 2
+DEFAULT_SUITE_STEPS = 2
+
+
+@pytest.fixture(scope="module")
+def train_command_run(cpu_v1_ray, tmp_path_factory):
+    """``rlhooks train`` in this process on the session's Ray (verl's run_ppo joins it): the rlhooks YAML with
+    the dapo filter, two reward functions, source_metrics and reward_monitor (an alert that fires), on verl's
+    default trainer (V1, sync). Returns the run's directory and the records of its metrics.jsonl."""
+    import time
+
+    import yaml
+    from ray.util import placement_group_table
+
+    from rlhooks.cli import main
+
+    out = tmp_path_factory.mktemp("train_v1")
+    started = time.monotonic()
+    policy_dir, data = runner.prepare(out / "tiny")
+    prepared = time.monotonic()
+    alert = {"metric": "rewards/count", "condition": "greater", "threshold": 0.0, "level": "warning",
+             "message": "fires every step (the test's alert)"}
+    (out / "rlhooks.yaml").write_text(yaml.safe_dump({
+        "run": {"out_dir": str(out / "runs"), "name": "train-v1"},
+        "filters": [{"name": "dapo", "metric": "acc"}],
+        "rewards": [{"name": "check_answer", "weight": 2.0}, "format_exact", "source_metrics",
+                    {"name": "reward_monitor", "alerts": [alert]}],
+        "backends": ["jsonl"],
+    }))
+    overrides = [
+        *runner.verl_overrides(policy_dir, data, micro_batch=16),
+        "data.train_batch_size=4", "data.seed=3", "data.val_max_samples=4",
+        "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.rollout.val_kwargs.do_sample=false", "algorithm.adv_estimator=grpo",
+        "trainer.logger=[console]", "trainer.val_before_train=false",
+        f"trainer.test_freq={DEFAULT_SUITE_STEPS}", f"trainer.save_freq={DEFAULT_SUITE_STEPS}",
+        f"trainer.total_training_steps={DEFAULT_SUITE_STEPS}", "trainer.total_epochs=100",
+        f"trainer.default_local_dir={out / 'ckpt'}", "trainer.experiment_name=train-v1",
+    ]
+    before = set(placement_group_table())
+    try:
+        code = main(["train", "--config", str(out / "rlhooks.yaml"), *overrides])
+    finally:
+        _release_the_runs_resources(before)
+    print(f"rlhooks train on V1: prepare {prepared - started:.1f} s, run {time.monotonic() - prepared:.1f} s")
+    run_dir = out / "runs" / "train-v1"
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return code, out, records
+
+
+def test_rlhooks_train_trains_on_verls_default_v1_trainer(train_command_run):
+    """The default suite's end-to-end V1 run: verl's fit/step, replay buffer (the rlhooks one), TransferQueue,
+    agent loop, reward loop and Ray, with the rlhooks hooks; it trains for real and its metrics hold what each
+    rlhooks part adds."""
+    code, out, records = train_command_run
+    assert code == 0
+    steps = {r["step"]: r["metrics"] for r in records if r["kind"] == "metrics"}
+    assert sorted(s for s in steps if s >= 1) == list(range(1, DEFAULT_SUITE_STEPS + 1)), sorted(steps)
+    for step in range(1, DEFAULT_SUITE_STEPS + 1):
+        m = steps[step]  # verl's metrics and rlhooks's, as the rlhooks backend got them
+        assert np.isfinite(m["actor/pg_loss"]) and m["actor/grad_norm"] > 0 and m["response_length/mean"] > 0
+        assert "actor/kl_loss" not in m  # no reference policy: the cheap run
+        assert m["filter/trained_groups"] == 4 and "filter/dropped_constant" in m  # the dapo filter
+        assert {"rewards/functions/check_answer", "rewards/functions/format_exact"} <= set(m)  # reward loop workers
+        assert m["rewards/errors/check_answer"] == 0 and "contributions/check_answer" in m
+        assert any(k.startswith("source/") and k.endswith("/reward") for k in m), sorted(m)  # source_metrics
+        assert m["rewards/count"] > 0 and m["alerts/warning"] >= 1  # reward_monitor and its alert
+    validation = [r for r in records if r["kind"] == "metrics" and any(k.startswith("val-core/") for k in r["metrics"])]
+    assert validation, [sorted(r.get("metrics", {})) for r in records][:3]
+    accuracy = {k: v for k, v in validation[-1]["metrics"].items() if k.startswith("val-core/") and "/mean@" in k}
+    assert accuracy and all(0.0 <= v <= 3.0 for v in accuracy.values()), accuracy
+    assert (out / "ckpt" / f"global_step_{DEFAULT_SUITE_STEPS}" / "rlhooks.pt").is_file()
+    assert [r["status"] for r in records if r["kind"] == "run_end"] == ["success"]
