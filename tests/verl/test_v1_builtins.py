@@ -25,10 +25,25 @@ pytest.importorskip("transformers")
 pytest.importorskip("tensorboard")
 pytest.importorskip("wandb")
 
-from .test_cpu_v1_learner import STEPS  # noqa: E402
-from .test_v1_rlhooks_learner import _run  # noqa: E402
+from .test_cpu_v1_learner import STEPS, _release_the_runs_resources  # noqa: E402
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow]
+
+def _run(cfg, log: Path) -> dict[int, dict]:
+    """The rlhooks TaskRunnerV1 (as ``rlhooks train`` starts it) on the shared Ray, verl's file logger writing
+    to ``log``; the logged (verl + rlhooks) metrics by step."""
+    from ray.util import placement_group_table
+
+    from rlhooks.engines.verl.cpu import runner
+    from rlhooks.engines.verl.v1.runner import RLHooksTaskRunnerV1
+
+    before = set(placement_group_table())
+    try:
+        runner.run(cfg, RLHooksTaskRunnerV1.options(runtime_env={"env_vars": {"VERL_FILE_LOGGER_PATH": str(log)}}))
+    finally:
+        _release_the_runs_resources(before)
+    return {r["step"]: r["data"] for r in map(json.loads, log.read_text().splitlines())}
+
 
 ALERT = {"metric": "rewards/count", "condition": "greater", "threshold": 0.0, "level": "warning",
          "message": "fires every step (the test's alert)"}
@@ -96,6 +111,9 @@ def test_the_builtins_run_together_on_v1(builtins_run):
         assert any(k.startswith("sampler/weight/") for k in m), sorted(m)
         assert m["prompt_filter/sampled"] >= 1 and "selective_rollout/p_easy" in m
         assert m["filter/trained_groups"] == 4 and "filter/dropped_constant" in m
+        # kept = trained + the surplus verl discards after draining; the dropped groups are the ones verl evicted
+        assert m["filter/generated_groups"] >= m["filter/kept_groups"] == 4 + m["filter/discarded_surplus"]
+        assert m["filter/generated_groups"] - m["filter/kept_groups"] == m.get("training/filter_groups/evicted_samples", 0)
         # source_metrics and reward_monitor (the alert fires every step)
         assert any(k.startswith("source/") and k.endswith("/reward") for k in m), sorted(m)
         assert m["rewards/count"] > 0 and m["alerts/warning"] >= 1
