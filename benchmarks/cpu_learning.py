@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -163,6 +164,7 @@ def legacy_run(name: str, seed: int, steps: int, test_freq: int, out: Path, asse
     counter.record_validation(0, {s: initial[f"val-core/{s}/acc/mean@1"] for s in counter.sizes})
     trainer.fit()
     return {"config": name, "seed": seed, "trainer": "legacy", "wall_s": time.perf_counter() - started,
+            "date": time.strftime("%Y-%m-%d"), "load_avg": os.getloadavg()[0],
             "generated": counter.generated, "accuracy": counter.accuracy,
             "source_accuracy": counter.source_accuracy, "curriculum": counter.curriculum}
 
@@ -197,16 +199,15 @@ def v1_run(name: str, seed: int, steps: int, test_freq: int, out: Path, assets: 
     from rlhooks.engines.verl.v1.runner import RLHooksTaskRunnerV1
 
     cfg = v1_config(name, seed, steps, test_freq, out, assets, lr, val_max_samples)
-    log = out / "verl_metrics.jsonl"
-    if log.exists():
-        log.unlink()  # the file logger appends; this run's file is ours (written below, in our run directory)
+    log = out / "verl_metrics.jsonl"  # verl's FileLogger rewrites it
     validate_verl_config(cfg)
     forward_rlhooks_env(cfg)
     started = time.perf_counter()
     with _run_resources_released():
         runner.run(cfg, RLHooksTaskRunnerV1.options(runtime_env={"env_vars": {"VERL_FILE_LOGGER_PATH": str(log)}}))
     wall = time.perf_counter() - started
-    return {"config": name, "seed": seed, "trainer": "v1", "wall_s": wall,
+    return {"config": name, "seed": seed, "trainer": "v1", "wall_s": wall, "date": time.strftime("%Y-%m-%d"),
+            "load_avg": os.getloadavg()[0],
             **read_verl_log(log, _sizes(), n=N, gen_batch_size=GEN_BS)}
 
 
@@ -400,7 +401,7 @@ def chart_curriculum(runs: list[dict], path: Path, source: str = CURRICULUM_SOUR
     fig.savefig(path, dpi=110)
 
 
-def chart(runs: list[dict], path: Path) -> None:
+def chart(runs: list[dict], path: Path, trainer: str = "v1") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -420,7 +421,7 @@ def chart(runs: list[dict], path: Path) -> None:
         colors.setdefault(r["config"], line.get_color())
     ax.set_xlabel("trajectories generated")
     ax.set_ylabel("validated accuracy (greedy, 434 prompts)")
-    ax.set_title("Real CPU learner (76k-parameter policy through verl's workers)")
+    ax.set_title(f"Real CPU learner, verl's {'V1' if trainer == 'v1' else 'legacy'} trainer (76k-parameter policy)")
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -437,7 +438,8 @@ def _int_keys(run: dict) -> dict:
     return {**run, **{k: {int(s): v for s, v in run[k].items()} for k in keys}}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, with --quick's and each trainer's defaults resolved."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
                     help="a smoke test that writes nothing: V1, selective (a prompt filter and DAPO), 1 seed, 2 steps, "
@@ -462,14 +464,10 @@ def main(argv: list[str] | None = None) -> int:
                          "legacy one (in this process; how the legacy table was measured)")
     ap.add_argument("--val-max-samples", type=int, default=None,
                     help="V1: validate on the first N prompts only (a smoke test; the tables validate on all 434)")
+    ap.add_argument("--publish", metavar="JSON",
+                    help="save the runs in JSON (a bench's <out>/runs.json) as --trainer's published runs and rewrite "
+                         "benchmarks/CPU_LEARNING.md (e.g. after a bench run with --no-write)")
     args = ap.parse_args(argv)
-    if args.summarize:
-        runs = [_int_keys(r) for r in json.loads(Path(args.summarize).read_text())]
-        target = args.target if args.target is not None else _default_target(runs)
-        print(summarize(runs, target))
-        if any(r["config"].startswith("curriculum_acc") for r in runs):
-            print("\n" + summarize_curriculum(runs))
-        return 0
     if args.quick and args.trainer == "v1":
         args.seeds, args.steps, args.test_freq, args.configs = [0], 2, 2, ["selective"]
         args.val_max_samples = args.val_max_samples or 32
@@ -480,6 +478,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.configs is None:
         args.configs = (CURRICULUM_CONFIGS if args.curriculum else
                         V1_COMPARE_CONFIGS if args.trainer == "v1" else COMPARE_CONFIGS)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.publish:
+        publish([_int_keys(r) for r in json.loads(Path(args.publish).read_text())], args.trainer)
+        print(markdown())
+        return 0
+    if args.summarize:
+        runs = [_int_keys(r) for r in json.loads(Path(args.summarize).read_text())]
+        target = args.target if args.target is not None else _default_target(runs)
+        print(summarize(runs, target))
+        if any(r["config"].startswith("curriculum_acc") for r in runs):
+            print("\n" + summarize_curriculum(runs))
+        return 0
     from rlhooks.engines.verl.cpu import platform, runner
 
     out = Path(args.out)
@@ -511,6 +525,73 @@ def _run_all(args: argparse.Namespace, out: Path, assets: tuple[Path, Path]) -> 
     return runs, time.perf_counter() - started
 
 
+#: where the published runs of each trainer and their charts are
+RUNS_FILE = {"v1": HERE / "CPU_LEARNING.json", "legacy": HERE / "CPU_LEARNING_LEGACY.json"}
+CHART_FILE = {"v1": "cpu_learning.png", "legacy": "cpu_learning_legacy.png"}
+#: make bench-learning's plan on V1 (a published table with fewer runs says it is partial)
+V1_SEEDS = [0, 1, 2]
+
+
+def publish(runs: list[dict], trainer: str) -> None:
+    """Save ``runs`` as the published runs of ``trainer`` (its JSON and chart), then rewrite
+    benchmarks/CPU_LEARNING.md from both trainers' published runs."""
+    RUNS_FILE[trainer].write_text(json.dumps(runs, indent=1))
+    chart(runs, HERE.parent / "docs" / "img" / CHART_FILE[trainer], trainer)  # the site shows them
+    (HERE / "CPU_LEARNING.md").write_text(markdown())
+
+
+def _load(trainer: str) -> list[dict]:
+    path = RUNS_FILE[trainer]
+    return [_int_keys(r) for r in json.loads(path.read_text())] if path.is_file() else []
+
+
+def _described(runs: list[dict]) -> str:
+    """What the runs were: configs, seeds, steps, validation interval, when, their run time, the load."""
+    steps = max(max(r["accuracy"]) for r in runs)
+    validated = sorted(runs[0]["accuracy"])
+    every = validated[1] - validated[0] if len(validated) > 1 else steps
+    dates = sorted({r["date"] for r in runs if r.get("date")})
+    loads = [r["load_avg"] for r in runs if r.get("load_avg") is not None]
+    return (f"configs {', '.join(dict.fromkeys(r['config'] for r in runs))}; seeds "
+            f"{', '.join(map(str, sorted({r['seed'] for r in runs})))}; {steps} steps, validated every {every} "
+            f"(greedy, all 434 prompts); train batch {TRAIN_BS} prompts x {N}, generation batch {GEN_BS}; "
+            f"{', '.join(dates) or 'undated'}; {len(runs)} runs, {sum(r['wall_s'] for r in runs):,.0f} s of run "
+            f"time in all on this 2-core machine"
+            + (f" (1-minute load average {min(loads):.1f}-{max(loads):.1f} at the runs' ends: other engineers' jobs "
+               f"shared the cores)" if loads else ""))
+
+
+def _partial(runs: list[dict]) -> str:
+    """What make bench-learning's V1 plan has that ``runs`` lack ('' when nothing)."""
+    done = {(r["config"], r["seed"]) for r in runs}
+    missing = [f"{c} seed {s}" for s in V1_SEEDS for c in V1_COMPARE_CONFIGS if (c, s) not in done]
+    return (f"**Partial**: {len(done)} of {len(V1_SEEDS) * len(V1_COMPARE_CONFIGS)} runs of `make bench-learning`; "
+            f"not run: {', '.join(missing)}.\n\n") if missing else ""
+
+
+def markdown() -> str:
+    """benchmarks/CPU_LEARNING.md: the V1 table, the legacy table (labelled), and the comparison."""
+    v1, legacy = _load("v1"), _load("legacy")
+    target = _default_target(legacy or v1)  # one target for both tables: the legacy table's
+    parts = ["# Real CPU learner: the --compare configurations on verl's V1 and legacy trainers\n"]
+    if v1:
+        parts += ["## V1 (verl's default trainer; `make bench-learning`)\n",
+                  f"`python -m benchmarks.cpu_learning` (`--trainer v1`, the default): {_described(v1)}.\n",
+                  _partial(v1) + summarize(v1, target) + "\n",
+                  f"![accuracy vs trajectories, V1](../docs/img/{CHART_FILE['v1']})\n"]
+    if legacy:
+        parts += ["## Legacy trainer (`--trainer legacy`; the table published before V1)\n",
+                  f"`python -m benchmarks.cpu_learning --trainer legacy`: {_described(legacy)}.\n",
+                  summarize(legacy, target) + "\n",
+                  f"![accuracy vs trajectories, legacy](../docs/img/{CHART_FILE['legacy']})\n"]
+    if v1 and legacy:
+        parts += ["## V1 vs legacy: final validated accuracy\n",
+                  "The seed-to-seed spread is the range of a config's final accuracy over its seeds; V1 reproduces "
+                  "the legacy figure when its mean lies inside the legacy seeds' range.\n",
+                  compare_trainers(v1, legacy) + "\n"]
+    return "\n".join(parts)
+
+
 def _report(args: argparse.Namespace, runs: list[dict], total: float) -> int:
     write = not (args.quick or args.no_write)
     target = args.target if args.target is not None else _default_target(runs)
@@ -521,8 +602,6 @@ def _report(args: argparse.Namespace, runs: list[dict], total: float) -> int:
         print("\n" + table)
     if args.curriculum and write:
         chart_curriculum(runs, HERE.parent / "docs" / "img" / "cpu_learning_curriculum.png")
-        import os
-
         threads = os.environ.get("OMP_NUM_THREADS")
         options = "".join(f"\n* `{name}`: " + (f"`{json.dumps(CONFIGS[name]['sampler'])}`" if "sampler" in CONFIGS[name]
                                                  else "none (verl's own sampler over all rows)")
@@ -536,13 +615,7 @@ def _report(args: argparse.Namespace, runs: list[dict], total: float) -> int:
             f"{len(runs)} runs, {sum(r['wall_s'] for r in runs):.0f} s of run time in all on this machine.\n\n"
             f"Samplers:{options}\n\n{table}\n\n![accuracy per step](../docs/img/cpu_learning_curriculum.png)\n")
     elif write:
-        (HERE / "CPU_LEARNING.json").write_text(json.dumps(runs, indent=1))
-        chart(runs, HERE.parent / "docs" / "img" / "cpu_learning.png")  # the site shows it
-        (HERE / "CPU_LEARNING.md").write_text(
-            f"# Real CPU learner: the --compare configurations\n\n`python -m benchmarks.cpu_learning "
-            f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps}`; {time.strftime('%Y-%m-%d')}; "
-            f"train batch {TRAIN_BS} prompts x {N}, generation batch {GEN_BS}; total wall time {total:.0f} s "
-            f"on this machine.\n\n{table}\n\n![accuracy vs trajectories](../docs/img/cpu_learning.png)\n")
+        publish(runs, args.trainer)
     return 0
 
 
