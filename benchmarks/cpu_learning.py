@@ -1,20 +1,27 @@
 """The simulator's --compare on the real CPU learner: DAPO vs DAPO + selective rollout vs the
-learnability sampler, and a curriculum vs uniform sampling, over several seeds.
+learnability sampler, and a curriculum vs uniform sampling, over several seeds, on verl's V1 trainer
+(verl's default) or its legacy one.
 
-    python -m benchmarks.cpu_learning            # make bench-learning: writes benchmarks/CPU_LEARNING.md + .json
-    python -m benchmarks.cpu_learning --quick    # make bench-quick: 1 seed, 3 steps, 2 configs, writes nothing
+    python -m benchmarks.cpu_learning            # make bench-learning: V1, dapo and uniform x 3 seeds x 40 steps;
+                                                 # writes benchmarks/CPU_LEARNING.md + .json, docs/img/cpu_learning.png
+    python -m benchmarks.cpu_learning --quick    # make bench-quick: one V1 run of 2 steps, writes nothing
+    python -m benchmarks.cpu_learning --trainer legacy   # the legacy table's runs (all five configs):
+                                                 # writes benchmarks/CPU_LEARNING_LEGACY.json, cpu_learning_legacy.png
     python -m benchmarks.cpu_learning --seeds 0 1 --steps 16 --configs dapo selective
+    python -m benchmarks.cpu_learning --no-write --out runs/b; python -m benchmarks.cpu_learning --publish runs/b/runs.json
     python -m benchmarks.cpu_learning --summarize benchmarks/CPU_LEARNING.json --target 0.47
     python -m benchmarks.cpu_learning --curriculum   # uniform vs the accuracy-gated curriculum:
                                                      # writes benchmarks/CPU_LEARNING_CURRICULUM.md + .json
 
-Each run is ``rlhooks.engines.verl.cpu.runner.build_trainer(...).fit()`` from the shipped policy: verl's
-trainer flow, workers, GRPO and PPO loss on the tiny model. Accuracy is verl's own validation
-(``trainer.test_freq``; greedy decoding of all 434 prompts, ``val-core/<source>/acc/mean@1``), weighted
-by the sources' sizes. "Generated to target" counts the trajectories generated (every generation batch,
-kept or not) until the validated accuracy first reaches the target; a run that never does shows "-".
-Not a unit test: the full run (5 configs x 3 seeds x 40 steps) takes 15-30 min on 2 cores.
-"""
+A V1 run is what ``rlhooks train`` does with the CPU learner: ``main.build_config`` (the rlhooks trainer mode,
+replay buffer and reward adapter), verl's ``run_ppo`` with the rlhooks ``TaskRunnerV1``; all the runs of one
+invocation share one hermetic local Ray. The trainer runs in a Ray actor, so its figures are read back from
+verl's file logger (``read_verl_log``). A legacy run is ``runner.build_trainer(...).fit()`` in this process,
+counted by an in-process plugin. Both start from the shipped policy: verl's trainer flow, workers, GRPO and PPO
+loss on the tiny model. Accuracy is verl's own validation (``trainer.test_freq``; greedy decoding of all 434
+prompts, ``val-core/<source>/acc/mean@1``), weighted by the sources' sizes. "Generated to target" counts the
+trajectories generated (every generation batch, kept or not) until the validated accuracy first reaches the
+target; a run that never does shows "-". Not a unit test: see docs/DEVELOPMENT.md for what a run costs."""
 
 from __future__ import annotations
 
