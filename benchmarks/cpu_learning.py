@@ -616,6 +616,7 @@ def _report(args: argparse.Namespace, runs: list[dict], total: float) -> int:
         (HERE / "CPU_LEARNING_CURRICULUM.md").write_text(
             f"# Real CPU learner: accuracy-gated curriculum vs uniform\n\n"
             f"`{f'OMP_NUM_THREADS={threads} ' if threads else ''}python -m benchmarks.cpu_learning --curriculum "
+            f"--trainer {args.trainer} "
             f"--steps {args.steps} --test-freq {args.test_freq}` (the last invocation: `--seeds {' '.join(map(str, args.seeds))} "
             f"--configs {' '.join(args.configs)}{' --add-to ' + args.add_to if args.add_to else ''}`); "
             f"{time.strftime('%Y-%m-%d')}; train batch {TRAIN_BS} prompts x {N}, generation batch {GEN_BS}; "
