@@ -93,16 +93,18 @@ class Counter:
 
     @rlhooks.hookimpl
     def log_metrics(self, step, metrics):
-        acc = {s: metrics.get(f"val-core/{s}/acc/mean@1") for s in self.sizes}
-        if all(v is not None for v in acc.values()):
+        # a validation of every prompt has every source; one of a few (--val-max-samples) may lack some
+        acc = {s: metrics[f"val-core/{s}/acc/mean@1"] for s in self.sizes if f"val-core/{s}/acc/mean@1" in metrics}
+        if acc:
             self.record_validation(step, acc)
         level = {k: float(v) for k, v in metrics.items() if k.startswith("curriculum/")}
         if level:
             self.curriculum[step] = level
 
     def record_validation(self, step: int, acc: dict[str, float]) -> None:
+        """The accuracy over the validated sources, weighted by their sizes."""
         self.source_accuracy[step] = {s: float(v) for s, v in acc.items()}
-        self.accuracy[step] = sum(acc[s] * n for s, n in self.sizes.items()) / sum(self.sizes.values())
+        self.accuracy[step] = sum(acc[s] * self.sizes[s] for s in acc) / sum(self.sizes[s] for s in acc)
 
 
 TRAINERS = ("v1", "legacy")

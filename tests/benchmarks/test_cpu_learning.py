@@ -121,3 +121,14 @@ def test_the_published_page_labels_the_legacy_table_and_says_when_v1_is_partial(
     assert "## Legacy trainer (`--trainer legacy`" in page and "## V1 (verl's default trainer" in page
     assert "**Partial**: 2 of 6 runs" in page and "dapo seed 2" in page and "uniform seed 0" in page
     assert "## V1 vs legacy" in page and "| dapo |" in page.split("## V1 vs legacy")[1]
+
+
+def test_a_validation_of_a_few_prompts_counts_the_sources_it_had(tmp_path, monkeypatch):
+    """--quick validates 32 prompts, which may all come from one source: the accuracy is over those."""
+    log = _verl_log(tmp_path / "verl_metrics.jsonl", monkeypatch, [
+        (0, {"val-core/add_small/acc/mean@1": 0.5}), (1, {"train/num_gen_batches": 1.0}),
+        (2, {"val-core/add_small/acc/mean@1": 0.25, "val-core/mul_small/acc/mean@1": 1.0, "train/num_gen_batches": 1.0}),
+    ])
+    run = bench.read_verl_log(log, SIZES, n=8, gen_batch_size=8)
+    assert run["accuracy"][0] == 0.5
+    assert run["accuracy"][2] == pytest.approx((0.25 * 100 + 1.0 * 64) / 164)
