@@ -59,7 +59,7 @@ bench-quick: setup-test
 	$(PY) -m benchmarks.cpu_learning --quick --out runs/bench-cpu-learning-quick
 
 # the simulator's --compare configurations on the real CPU learner, on verl's V1 trainer (dapo and uniform, seed 0,
-# x 40 steps; docs/how-to/cpu-learner.md): writes benchmarks/CPU_LEARNING.md, .json and docs/img/cpu_learning.png,
+# 40 steps; docs/how-to/cpu-learner.md): writes benchmarks/CPU_LEARNING.md, .json and docs/img/cpu_learning.png,
 # beside the legacy trainer's runs (--trainer legacy); what it costs: docs/DEVELOPMENT.md ("make bench-learning on V1")
 bench-learning: setup-test
 	$(PY) -m benchmarks.cpu_learning
