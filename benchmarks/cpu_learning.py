@@ -567,10 +567,10 @@ def _described(runs: list[dict]) -> str:
     return (f"configs {', '.join(dict.fromkeys(r['config'] for r in runs))}; seeds "
             f"{', '.join(map(str, sorted({r['seed'] for r in runs})))}; {steps} steps, validated every {every} "
             f"(greedy, all 434 prompts); train batch {TRAIN_BS} prompts x {N}, generation batch {GEN_BS}; "
-            f"{', '.join(dates) or 'undated'}; {len(runs)} runs, {sum(r['wall_s'] for r in runs):,.0f} s of run "
-            f"time in all on this 2-core machine"
-            + (f" (1-minute load average {min(loads):.1f}-{max(loads):.1f} at the runs' ends: other engineers' jobs "
-               f"shared the cores)" if loads else ""))
+            f"{', '.join(dates) or 'undated'}; {len(runs)} run{'s' * (len(runs) != 1)}, "
+            f"{sum(r['wall_s'] for r in runs):,.0f} s of run time in all on this 2-core machine"
+            + (f" (1-minute load average {' to '.join(dict.fromkeys(f'{x:.0f}' for x in (min(loads), max(loads))))} "
+               f"at the runs' ends: other engineers' jobs shared the cores)" if loads else ""))
 
 
 def _partial(runs: list[dict]) -> str:
