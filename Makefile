@@ -58,8 +58,9 @@ bench-quick: setup-test
 	$(PY) -m benchmarks.run_all --quick
 	$(PY) -m benchmarks.cpu_learning --quick --out runs/bench-cpu-learning-quick
 
-# the simulator's --compare configurations on the real CPU learner (docs/how-to/cpu-learner.md):
-# writes benchmarks/CPU_LEARNING.md, .json and docs/img/cpu_learning.png; 17 min alone on 2 cores (23 min sharing them)
+# the simulator's --compare configurations on the real CPU learner, on verl's V1 trainer (dapo and uniform, seed 0,
+# 40 steps; docs/how-to/cpu-learner.md): writes benchmarks/CPU_LEARNING.md, .json and docs/img/cpu_learning.png,
+# beside the legacy trainer's runs (--trainer legacy); what it costs: docs/DEVELOPMENT.md ("make bench-learning on V1")
 bench-learning: setup-test
 	$(PY) -m benchmarks.cpu_learning
 
