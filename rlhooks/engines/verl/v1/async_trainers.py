@@ -1,11 +1,15 @@
-"""rlhooks on verl V1's asynchronous trainer (``colocate_async``): verl's async lifecycle, the rlhooks hooks.
+"""rlhooks on verl V1's asynchronous trainers (``colocate_async``, ``separate_async``): verl's async
+lifecycle, the rlhooks hooks.
 
-``RLHooksPPOTrainerColocateAsync`` is the rlhooks V1 trainer (``RLHooksPPOTrainerSync``: sampler, prompt
-filters, ``on_batch_sampled``, filters in the replay buffer, ``on_step_end``, ``rlhooks.pt``) combined
-with verl's ``PPOTrainerColocateAsync`` by inheritance. The only methods verl's sync trainer defines
-(``SYNC_LIFECYCLE``) are taken from verl's async trainer, so the weights are updated and generation
-resumes at step end, generation is paused at sample end, and the warm-up batches are dispatched, all
-as verl does; ``tests/verl/test_verl_async.py`` checks that set against verl's source.
+``RLHooksPPOTrainerColocateAsync`` and ``RLHooksPPOTrainerSeparateAsync`` are the rlhooks V1 trainer
+(``RLHooksPPOTrainerSync``: sampler, prompt filters, ``on_batch_sampled``, filters in the replay buffer,
+``on_step_end``, ``rlhooks.pt``) combined with verl's ``PPOTrainerColocateAsync`` / ``PPOTrainerSeparateAsync``
+by inheritance. The only methods verl's sync trainer defines (``SYNC_LIFECYCLE``) are taken from verl's
+async trainer, so the weights are updated and generation resumes at step end, generation is paused at
+sample end, and the warm-up batches are dispatched, all as verl does; everything else verl's async class
+defines (separate_async: its own ``__init__`` checks, ``_setup`` with the standalone rollout, the
+version-aware old log-probs, the hybrid switch) is reached through the MRO. ``tests/verl/test_verl_async.py``
+checks both compositions against verl's source.
 
 ``RLHooksReplayBufferAsync`` is the rlhooks replay buffer over verl's ``ReplayBufferAsync``. Staleness
 (core/staleness.py): verl evicts groups spanning more than ``max_off_policy_threshold`` versions; here
@@ -25,6 +29,7 @@ import transfer_queue as tq
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 
 from rlhooks.core import batch as cols
 from rlhooks.core.batch import Batch
@@ -98,6 +103,17 @@ class RLHooksPPOTrainerColocateAsync(_AsyncHooks, RLHooksPPOTrainerSync, PPOTrai
     on_sample_end = PPOTrainerColocateAsync.on_sample_end
 
 
+@register_trainer(ASYNC_TRAINER_MODES["separate_async"])
+class RLHooksPPOTrainerSeparateAsync(_AsyncHooks, RLHooksPPOTrainerSync, PPOTrainerSeparateAsync):
+    """verl's ``separate_async`` trainer (rollout on its own resource pool) driven by rlhooks plugins."""
+
+    VERL_TRAINER_MODE = "separate_async"  # also where verl reads parameter_sync_step (trainer.v1.<mode>)
+
+    on_init_end = PPOTrainerSeparateAsync.on_init_end
+    on_step_end = PPOTrainerSeparateAsync.on_step_end
+    on_sample_end = PPOTrainerSeparateAsync.on_sample_end
+
+
 class RLHooksReplayBufferAsync(RLHooksReplayBuffer, ReplayBufferAsync):
     """verl's async replay buffer; stale groups are evicted before the rlhooks filters judge the rest."""
 
@@ -130,4 +146,4 @@ class RLHooksReplayBufferAsync(RLHooksReplayBuffer, ReplayBufferAsync):
         self.trainer.groups_evicted_stale(batch, unseen)
 
 
-__all__ = ["RLHooksPPOTrainerColocateAsync", "RLHooksReplayBufferAsync", "SYNC_LIFECYCLE", "with_staleness"]
+__all__ = ["RLHooksPPOTrainerColocateAsync", "RLHooksPPOTrainerSeparateAsync", "RLHooksReplayBufferAsync", "SYNC_LIFECYCLE", "with_staleness"]
