@@ -117,3 +117,42 @@ def test_batches_get_trained_version_and_lag_from_the_generating_version() -> No
     out = with_staleness(batch, global_steps=5)  # step 5 updates the weights of version 4
     assert out["trained_version"].tolist() == [4] * 4 and out["policy_lag"].tolist() == [1, 1, 3, 3]
     assert with_staleness(Batch({"uid": np.array(["a"], dtype=object)}), 5).columns == ["uid"]  # no version: no lag
+
+
+def test_rlhooks_share_of_a_step_is_measured_and_logged(tmp_path, monkeypatch) -> None:
+    """verl's own V1 ``fit()`` on the rlhooks trainer (test_v1_run_hooks's harness): work inside an
+    ``rlhooks_time`` block lands in verl's timing_raw as ``rlhooks``; the end-of-step hooks' time is logged
+    with the next step (they run after verl's step timer); the share is over the step's wall time."""
+    import json
+    import time
+
+    from .test_v1_run_hooks import v1_trainer
+
+    from rlhooks import hookimpl
+
+    class SlowStepEnd:
+        @hookimpl
+        def on_step_end(self, step, batch, metrics):
+            time.sleep(0.05)
+
+    seen_timing = []
+    trainer = v1_trainer(tmp_path, monkeypatch, SlowStepEnd(), 2)
+
+    def step(metrics, timing_raw):
+        from transfer_queue import KVBatchMeta
+
+        with trainer.rlhooks_time(), trainer.rlhooks_time():  # nested: counted once
+            time.sleep(0.03)
+        seen_timing.append(timing_raw)
+        return KVBatchMeta(partition_id="train", keys=[], tags=[])
+
+    trainer.step = step
+    trainer._load_checkpoint()
+    trainer.fit(agent_loop_manager=None)
+    assert [0.03 <= t["rlhooks"] < 0.06 for t in seen_timing] == [True, True]  # verl names it timing_s/rlhooks
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    logged = {r["step"]: r["metrics"] for r in records if r["kind"] == "metrics"}
+    assert logged[1]["timing_s/rlhooks_step_end"] == 0.0 and logged[2]["timing_s/rlhooks_step_end"] >= 0.05
+    for step, t in zip((1, 2), seen_timing):
+        end = logged[step]["timing_s/rlhooks_step_end"]
+        assert logged[step]["timing/rlhooks_share"] == pytest.approx((t["rlhooks"] + end) / (t["step"] + end))

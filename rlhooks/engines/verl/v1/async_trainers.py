@@ -134,6 +134,10 @@ class RLHooksReplayBufferAsync(RLHooksReplayBuffer, ReplayBufferAsync):
         return stale, dropped - stale, set(self.failure_keys[partition_id]), counts
 
     def _report_stale(self, partition_id: str, uids: set[str], judged_before: set[str]) -> None:
+        with self.trainer.rlhooks_time():  # the step's timing_s/rlhooks
+            self._read_stale(partition_id, uids, judged_before)
+
+    def _read_stale(self, partition_id: str, uids: set[str], judged_before: set[str]) -> None:
         keys = [key for key in self.partitions[partition_id] if key.split("_")[0] in uids]
         if not keys:
             return
