@@ -88,7 +88,7 @@ def test_weights_reach_every_rollout_rank_exactly_in_buckets() -> None:
     # a bucket smaller than the largest tensor: several buckets, the large tensor alone in one
     received, sent, walked = _sync(2, 2, weights, bucket_size=600)
     assert walked == [4, 4]  # the non-master actor rank walked the generator too (FSDP gathers collectively)
-    assert sent[0]["cpu_gloo/bytes"] == sum(t.nbytes for t in weights.values()) and sent[1] == {}
+    assert sent[0]["checkpoint_engine/payload_mbytes"] == sum(t.nbytes for t in weights.values()) / (1 << 20) and sent[1] == {}
     for got in received:
         assert list(got) == list(weights)
         for name, t in weights.items():

@@ -54,7 +54,8 @@ def test_the_async_trainer_has_verls_async_lifecycle_and_the_rlhooks_hooks(train
     ours = (_defined(RLHooksPPOTrainerSync) | ASYNC_HOOKS) - set(SYNC_LIFECYCLE)
     for name in _defined(verl_async) - set(SYNC_LIFECYCLE) - ours:
         assert getattr(trainer, name) is getattr(verl_async, name), name
-    assert trainer.__init__ is RLHooksPPOTrainerSync.__init__ and "__init__" not in vars(PPOTrainerSync)
+    # verl's __init__ runs (separate_async's checks first) under the rlhooks one; PPOTrainerSync has none
+    assert "__init__" not in vars(PPOTrainerSync) and vars(trainer).get("__init__") in (None, RLHooksPPOTrainerSeparateAsync.__init__)
     mro = trainer.__mro__
     assert mro.index(RLHooksPPOTrainerSync) < mro.index(PPOTrainerSync) < mro.index(verl_async) < mro.index(PPOTrainer)
     for name in _defined(RLHooksPPOTrainerSync) - ASYNC_HOOKS:
@@ -156,3 +157,19 @@ def test_rlhooks_share_of_a_step_is_measured_and_logged(tmp_path, monkeypatch) -
     for step, t in zip((1, 2), seen_timing):
         end = logged[step]["timing_s/rlhooks_step_end"]
         assert logged[step]["timing/rlhooks_share"] == pytest.approx((t["rlhooks"] + end) / (t["step"] + end))
+
+
+def test_separate_async_refuses_verls_broken_hybrid_engine_false_path_before_any_worker_starts() -> None:
+    import inspect
+
+    from rlhooks.engines.verl.v1.async_trainers import check_hybrid_engine
+
+    broken = "flush=True" in inspect.getsource(PPOTrainerSeparateAsync._setup)  # verl 0.9.1: a TypeError in _setup
+    cfg = OmegaConf.create({"actor_rollout_ref": {"hybrid_engine": False}})
+    if broken:
+        with pytest.raises(ConfigError, match="actor_rollout_ref.hybrid_engine.*flush=True"):
+            RLHooksPPOTrainerSeparateAsync(cfg)  # refused before verl's __init__ (which would start the workers)
+    else:
+        check_hybrid_engine(cfg)
+    check_hybrid_engine(OmegaConf.create({"actor_rollout_ref": {"hybrid_engine": True}}))
+    check_hybrid_engine(OmegaConf.create({"actor_rollout_ref": {}}))  # verl's default: true

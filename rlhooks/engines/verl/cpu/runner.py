@@ -47,14 +47,15 @@ def verl_overrides(policy_dir: str | Path, train_file: str | Path, val_file: str
 
 def separate_async_overrides(train_batch_size: int) -> list[str]:
     """What verl's ``separate_async`` needs on the CPU learner besides ``verl_overrides`` (checked by
-    ``ray_learner.check_v1_config``): one standalone CPU rollout server on a logical GPU of its own, the
-    trainer's pool without a colocated rollout (``hybrid_engine=false``: on the host CPU there is no device
-    memory to lend between training and generation), weights moved over gloo (``cpu.checkpoint_engine``),
-    and one local update per weight sync (``parameter_sync_step=1``; see ray_learner's check for why)."""
+    ``ray_learner.check_v1_config``): one standalone CPU rollout server on a logical GPU of its own, weights
+    moved to it over gloo (``cpu.checkpoint_engine``), and one local update per weight sync
+    (``parameter_sync_step=1``; see ray_learner's check for why). The trainer's pool keeps verl's default
+    colocated (hybrid) replica, which verl puts to sleep at the first step and wakes for validation:
+    verl 0.9.1's ``hybrid_engine=false`` path fails in ``_setup`` (async_trainers.check_hybrid_engine)."""
     from rlhooks.engines.verl.cpu import checkpoint_engine
 
     return [
-        "trainer.v1.trainer_mode=rlhooks_separate_async", "actor_rollout_ref.hybrid_engine=false",
+        "trainer.v1.trainer_mode=rlhooks_separate_async",
         "actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1",
         f"actor_rollout_ref.rollout.checkpoint_engine.backend={checkpoint_engine.BACKEND}",
         f"actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module={checkpoint_engine.__name__}",

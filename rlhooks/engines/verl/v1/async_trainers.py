@@ -33,6 +33,7 @@ from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 
 from rlhooks.core import batch as cols
 from rlhooks.core.batch import Batch
+from rlhooks.core.errors import ConfigError, ConfigIssue
 from rlhooks.core.manager import merge_metrics
 from rlhooks.core.staleness import eviction_metrics, lag_metrics
 from rlhooks.engines.verl.v1 import ASYNC_TRAINER_MODES
@@ -103,11 +104,32 @@ class RLHooksPPOTrainerColocateAsync(_AsyncHooks, RLHooksPPOTrainerSync, PPOTrai
     on_sample_end = PPOTrainerColocateAsync.on_sample_end
 
 
+def check_hybrid_engine(config: Any) -> None:
+    """``actor_rollout_ref.hybrid_engine=false`` (rollout on the standalone pool only) is refused where verl's
+    ``PPOTrainerSeparateAsync._setup`` passes ``flush=True`` to ``logging.Logger.info`` on that path (verl
+    0.9.1): it raises TypeError after the workers started. Read from verl's source, so a fixed verl runs it."""
+    import inspect
+
+    if bool(config.actor_rollout_ref.get("hybrid_engine", True)):
+        return
+    if "flush=True" in inspect.getsource(PPOTrainerSeparateAsync._setup):
+        raise ConfigError([ConfigIssue(
+            "actor_rollout_ref.hybrid_engine",
+            "is false: this verl's separate_async trainer fails on that path (PPOTrainerSeparateAsync._setup calls "
+            "logger.info(..., flush=True), a TypeError, after the workers have started); leave it at verl's default "
+            "true (the trainer's colocated replica then sleeps while training and serves validation)",
+        )], "verl config")
+
+
 @register_trainer(ASYNC_TRAINER_MODES["separate_async"])
 class RLHooksPPOTrainerSeparateAsync(_AsyncHooks, RLHooksPPOTrainerSync, PPOTrainerSeparateAsync):
     """verl's ``separate_async`` trainer (rollout on its own resource pool) driven by rlhooks plugins."""
 
     VERL_TRAINER_MODE = "separate_async"  # also where verl reads parameter_sync_step (trainer.v1.<mode>)
+
+    def __init__(self, config: Any, rlhooks_plugins: Any = ()):
+        check_hybrid_engine(config)  # before verl starts any worker
+        super().__init__(config, rlhooks_plugins)
 
     on_init_end = PPOTrainerSeparateAsync.on_init_end
     on_step_end = PPOTrainerSeparateAsync.on_step_end
