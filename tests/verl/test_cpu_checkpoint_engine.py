@@ -107,3 +107,31 @@ def test_misuse_is_an_error_not_a_hang() -> None:
         next(engine.receive_weights())
     with pytest.raises(RuntimeError, match="master"):
         CPUCheckpointEngine.build_topology(1, 1, [{"master": None}, {"master": None}])
+
+
+def test_the_cpu_learner_checks_separate_async_settings_before_ray_starts() -> None:
+    """What verl's separate_async asserts inside a Ray actor, and what the host CPU adds, as one ConfigError
+    naming each key; with ``runner.separate_async_overrides`` none, and Ray gets the standalone pool's GPU."""
+    from rlhooks.core.errors import ConfigError
+    from rlhooks.engines.verl.cpu import ray_learner, runner
+    from rlhooks.engines.verl.main import compose_verl_config
+
+    from omegaconf import OmegaConf
+
+    good = compose_verl_config(runner.verl_overrides("policy", "train.parquet") + runner.separate_async_overrides(8)
+                               + ["data.train_batch_size=8"])  # one compose (Hydra costs seconds)
+    ray_learner.check_v1_config(good)
+    assert ray_learner.ray_init_kwargs(good)["num_gpus"] == 2  # the trainer's pool + the standalone rollout's
+    bare = OmegaConf.create(OmegaConf.to_container(good))  # verl's defaults for what the overrides set
+    for key, value in (("actor_rollout_ref.rollout.nnodes", 0), ("actor_rollout_ref.rollout.checkpoint_engine.backend", "naive"),
+                       ("actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module", None),
+                       ("trainer.v1.separate_async.parameter_sync_step", 4)):
+        OmegaConf.update(bare, key, value)
+    assert ray_learner.ray_init_kwargs(bare)["num_gpus"] == 1
+    with pytest.raises(ConfigError) as error:
+        ray_learner.check_v1_config(bare)
+    text = str(error.value)
+    assert len(error.value.issues) == 3, text
+    for key in ("actor_rollout_ref.rollout.nnodes", "checkpoint_engine.backend=cpu_gloo",
+                "parameter_sync_step", ".cpu()"):
+        assert key in text, key
