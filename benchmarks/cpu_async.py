@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         out / "tiny" / "policy", out / "tiny" / "train.parquet")
     platform.install()
     # one Ray for every mode, with separate_async's standalone rollout GPU (logical) too
-    ray.init(**ray_learner.ray_init_kwargs(compose_verl_config(
+    ray.init(include_dashboard=False, **ray_learner.ray_init_kwargs(compose_verl_config(
         runner.verl_overrides(*assets) + runner.separate_async_overrides(TRAIN_BS))))
     runs = []
     try:
