@@ -111,7 +111,8 @@ class CPUCheckpointEngine(CheckpointEngine):
         self._broadcast(payload)
         for bucket in _buckets(tensors, self.bucket_size):
             self._broadcast(torch.cat([t.reshape(-1).view(torch.uint8) for t in bucket]))
-        return {"checkpoint_engine/payload_mbytes": sum(t.nbytes for t in tensors) / (1 << 20)}  # as verl's delta engine names it
+        # named as verl's delta engine names it; verl merges the sender's metrics into the step's
+        return {"checkpoint_engine/payload_mbytes": sum(t.nbytes for t in tensors) / (1 << 20)}
 
     def receive_weights(self, global_steps: int | None = None) -> Generator[tuple[str, torch.Tensor], None, None]:
         if self.rank is None or self.rank < 1:

@@ -172,4 +172,5 @@ class RLHooksReplayBufferAsync(RLHooksReplayBuffer, ReplayBufferAsync):
         self.trainer.groups_evicted_stale(batch, unseen)
 
 
-__all__ = ["RLHooksPPOTrainerColocateAsync", "RLHooksPPOTrainerSeparateAsync", "RLHooksReplayBufferAsync", "SYNC_LIFECYCLE", "with_staleness"]
+__all__ = ["RLHooksPPOTrainerColocateAsync", "RLHooksPPOTrainerSeparateAsync", "RLHooksReplayBufferAsync",
+           "SYNC_LIFECYCLE", "check_hybrid_engine", "with_staleness"]
