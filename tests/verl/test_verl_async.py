@@ -142,15 +142,18 @@ def test_rlhooks_share_of_a_step_is_measured_and_logged(tmp_path, monkeypatch) -
     def step(metrics, timing_raw):
         from transfer_queue import KVBatchMeta
 
+        started = time.perf_counter()
         with trainer.rlhooks_time(), trainer.rlhooks_time():  # nested: counted once
             time.sleep(0.03)
-        seen_timing.append(timing_raw)
+        seen_timing.append((timing_raw, time.perf_counter() - started))
         return KVBatchMeta(partition_id="train", keys=[], tags=[])
 
     trainer.step = step
     trainer._load_checkpoint()
     trainer.fit(agent_loop_manager=None)
-    assert [0.03 <= t["rlhooks"] < 0.06 for t in seen_timing] == [True, True]  # verl names it timing_s/rlhooks
+    # in verl's timing_raw (verl names it timing_s/rlhooks), counted once: not more than the block took
+    assert [0.03 <= t["rlhooks"] <= block for t, block in seen_timing] == [True, True]
+    seen_timing = [t for t, _ in seen_timing]
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     logged = {r["step"]: r["metrics"] for r in records if r["kind"] == "metrics"}
     assert logged[1]["timing_s/rlhooks_step_end"] == 0.0 and logged[2]["timing_s/rlhooks_step_end"] >= 0.05
