@@ -70,15 +70,42 @@ def one_run(mode: str, steps: int, test_freq: int, val_samples: int, threshold: 
 
     log = out / f"{mode}.verl.jsonl"  # verl's file logger: the merged metrics of each step, step 0's validation
     log.unlink(missing_ok=True)
+    from ray.util import placement_group_table
+
+    before = set(placement_group_table())
     started = time.perf_counter()
-    runner.run(cfg, RLHooksTaskRunnerV1.options(runtime_env={"env_vars": {"VERL_FILE_LOGGER_PATH": str(log)}}))
-    wall = time.perf_counter() - started
+    try:
+        runner.run(cfg, RLHooksTaskRunnerV1.options(runtime_env={"env_vars": {"VERL_FILE_LOGGER_PATH": str(log)}}))
+    finally:
+        wall = time.perf_counter() - started
+        _release(before)
     logged: dict[int, dict] = {}
     for r in map(json.loads, log.read_text().splitlines()):
         logged.setdefault(int(r["step"]), {}).update(r["data"])
     return {"mode": mode, "wall_s": wall,
             "steps": {s: _kept(m) for s, m in logged.items() if "timing_s/step" in m},
             "accuracy": {s: a for s, m in logged.items() if (a := _accuracy(m)) is not None}}
+
+
+def _release(placement_groups_before: set[str], timeout: float = 120) -> None:
+    """What ending an ``rlhooks train`` process releases, for the next mode on this Ray: the run's rollout
+    servers (they end with its TaskRunner; their names must be free) and the placement groups verl made
+    (they belong to this job; verl names them the same in every run)."""
+    import ray
+    from ray.util import placement_group_table, remove_placement_group
+    from ray.util.placement_group import PlacementGroup
+
+    deadline = time.monotonic() + timeout
+    for name in ("cpu_server_0_0", "cpu_server_1_0"):
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(name)
+            except ValueError:
+                break
+            time.sleep(0.5)
+    for pg_id, info in placement_group_table().items():
+        if pg_id not in placement_groups_before and info["state"] != "REMOVED":
+            remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
 
 
 KEEP = ("timing_s/step", "timing_s/rlhooks", "timing_s/rlhooks_step_end", "timing/rlhooks_share", "timing_s/testing",
