@@ -22,6 +22,7 @@ def cpu_v1_ray():
 
     from .ray_cluster import local_ray
 
-    cfg = compose_verl_config(runner.verl_overrides("policy", "train.parquet"))
+    # with separate_async's settings: Ray then also has the logical GPU of its standalone rollout pool
+    cfg = compose_verl_config(runner.verl_overrides("policy", "train.parquet") + runner.separate_async_overrides(8))
     with local_ray(ray_learner.ray_init_kwargs(cfg)) as root:
         yield root

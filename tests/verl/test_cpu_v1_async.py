@@ -1,9 +1,14 @@
-"""`rlhooks train` in verl V1's colocate_async mode on the CPU learner: verl's own async trainer, replay buffer,
+"""`rlhooks train` in verl V1's asynchronous modes on the CPU learner: verl's own async trainers, replay buffer,
 TransferQueue, agent loop (partial rollout) and reward workers, with the rlhooks hooks, filters and metrics.
 
-One run on the shared Ray (conftest ``cpu_v1_ray``), 3 steps of DAPO + GRPO; rlhooks's metrics are read back
-from its jsonl backend and verl's from the same records (rlhooks merges them before verl logs). Slow: Ray
-and the run cost minutes on 2 cores.
+Runs on the shared Ray (conftest ``cpu_v1_ray``), 3 steps of DAPO + GRPO each, every built-in enabled (a
+learning-state sampler, the selective_rollout prompt filter, the dapo filter, weighted reward functions in
+verl's reward workers, source_metrics, reward_monitor with an alert, top/bottom-k tables, the jsonl
+backend): colocate_async with ``max_off_policy_threshold=2`` and with 1 (every group generated before the
+last update is evicted), and separate_async (the trainer and a standalone CPU rollout server in separate
+resource pools and actors, weights moved by the CPU gloo checkpoint engine). rlhooks's metrics are read
+back from its jsonl backend and verl's from the same records (rlhooks merges them before verl logs).
+Slow: Ray and the runs cost minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -24,62 +29,110 @@ from .test_cpu_v1_learner import _release_the_runs_resources  # noqa: E402
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow]
 
-FUNCTIONS = "[format_exact,format_approx,check_answer,check_numbers]"
+STEPS = 3
+ALERT = {"metric": "rewards/count", "condition": "greater", "threshold": 0.0, "level": "warning",
+         "message": "fires every step (the test's alert)"}
 
 
-def _config(tmp_path: Path) -> Path:
+def _config(tmp_path: Path, name: str) -> Path:
     policy_dir, data = runner.prepare(tmp_path / "tiny")
     example = yaml.safe_load((Path(__file__).parents[2] / "examples/configs/verl_cpu_tiny.yaml").read_text())
     verl = example["verl"]
     verl["data"].update(train_files=str(data), val_files=str(data))
     verl["actor_rollout_ref"]["model"]["path"] = str(policy_dir)
-    verl["reward"]["custom_reward_function"]["name"] = "compute_score"
-    verl["trainer"].update(total_training_steps=3, test_freq=0, val_before_train=False, save_freq=0, logger=["console"],
-                           default_local_dir=str(tmp_path / "ckpt"))
-    config = {"run": {"name": "colocate", "out_dir": str(tmp_path / "runs")}, "filters": [{"name": "dapo", "metric": "acc"}],
-              "rewards": ["source_metrics", "reward_monitor"], "backends": ["jsonl"], "verl": verl}
-    path = tmp_path / "colocate.yaml"
+    verl["trainer"].update(total_training_steps=STEPS, test_freq=0, val_before_train=False, save_freq=0,
+                           logger=["console"], default_local_dir=str(tmp_path / "ckpt"))
+    config = {
+        "run": {"name": name, "out_dir": str(tmp_path / "runs")},
+        "sampler": {"name": "learnability"},
+        # skip prompts seen all-pass / all-fail before (keep 5%)
+        "prompt_filters": [{"name": "selective_rollout", "p_easy": 0.05, "p_hard": 0.05, "adjust_step": 0.0, "seed": 1}],
+        "filters": [{"name": "dapo", "metric": "acc"}],
+        "rewards": [{"name": "check_answer", "weight": 2.0}, "format_exact", "format_approx", "check_numbers",
+                    "source_metrics", {"name": "reward_monitor", "alerts": [ALERT]}],
+        "samples": [{"name": "top_bottom_k", "k": 2}],
+        "backends": ["jsonl"],
+        "verl": verl,
+    }
+    path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path
 
 
-def _run(tmp_path: Path, threshold: int) -> dict[int, dict]:
+def _run(tmp_path: Path, name: str, overrides: list[str]) -> tuple[dict[int, dict], list[dict]]:
     from ray.util import placement_group_table
 
-    cfg = main.build_config(str(_config(tmp_path)), [
-        "trainer.v1.trainer_mode=rlhooks_colocate_async", f"trainer.v1.sampler.max_off_policy_threshold={threshold}",
-        f"+reward.custom_reward_function.reward_kwargs.functions={FUNCTIONS}"])
+    cfg = main.build_config(str(_config(tmp_path, name)), overrides)
     before = set(placement_group_table())
     try:
         main.run(cfg)
     finally:
         _release_the_runs_resources(before)
-    steps = {}
-    for line in (tmp_path / "runs" / "colocate" / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        if record.get("kind") == "metrics":
-            steps[record["step"]] = record["metrics"]
-    assert sorted(steps) == [1, 2, 3]
+    records = [json.loads(line) for line in (tmp_path / "runs" / name / "metrics.jsonl").read_text().splitlines()]
+    steps = {r["step"]: r["metrics"] for r in records if r.get("kind") == "metrics"}
+    return steps, records
+
+
+def _colocate(threshold: int) -> list[str]:
+    return ["trainer.v1.trainer_mode=rlhooks_colocate_async", f"trainer.v1.sampler.max_off_policy_threshold={threshold}"]
+
+
+@pytest.fixture(scope="module")
+def colocate_run(cpu_v1_ray, tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("colocate"), "colocate", _colocate(2))
+
+
+@pytest.fixture(scope="module")
+def separate_run(cpu_v1_ray, tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("separate"), "separate",
+                [*runner.separate_async_overrides(8), "trainer.v1.sampler.max_off_policy_threshold=2"])
+
+
+def _check_async_run(steps: dict[int, dict], records: list[dict], threshold: int) -> None:
+    assert sorted(steps) == list(range(1, STEPS + 1))
     for m in steps.values():
         assert m["actor/grad_norm"] >= 0 and "actor/pg_loss" in m  # verl's update ran
         # staleness: rlhooks's lag of the trained batch is verl's worst-case trajectory staleness
         assert m["staleness/lag_mean"] == pytest.approx(m["training/off_policy/trajectory_staleness_worst/mean"])
         assert m["staleness/lag_max"] == m["training/off_policy/trajectory_staleness_worst/max"] <= threshold - 1
+        assert any(k.startswith("source/") and k.endswith("/lag_mean") for k in m), sorted(m)  # per-source lag
         # the DAPO filter judged the groups verl did not evict as stale; every generated group is counted once
         judged = m["filter/kept_groups"] + m["filter/dropped_constant"] + m["filter/dropped_band"] + m["filter/dropped_nonfinite"]
         assert m["filter/generated_groups"] == judged
         assert m["filter/stale_evicted_groups"] == m["staleness/evicted_groups"] == m.get("training/off_policy/evicted_samples", 0)
-        assert m["filter/trained_groups"] == 8 and any(k.startswith("source/") and k.endswith("/count") for k in m)
-    return steps
+        assert m["filter/trained_groups"] == 8
+        # every built-in: the reward functions scored in verl's reward workers, the sampler, the prompt stage,
+        # source_metrics and reward_monitor (its alert fires every step)
+        assert m["rewards/errors/check_answer"] == 0 and "rewards/functions/format_exact" in m
+        assert any(k.startswith("sampler/") for k in m), sorted(m)
+        assert m["prompt_filter/sampled"] >= 1 and "selective_rollout/p_easy" in m
+        assert any(k.startswith("source/") and k.endswith("/count") for k in m)
+        assert m["rewards/count"] > 0 and m["alerts/warning"] >= 1
+        # rlhooks's share of the step, measured
+        assert m["timing_s/rlhooks"] > 0 and 0 < m["timing/rlhooks_share"] < 1
+    assert all(steps[s]["timing_s/rlhooks_step_end"] > 0 for s in range(2, STEPS + 1))
+    tables = {(r["name"], r["step"]) for r in records if r["kind"] == "table"}
+    assert {("samples/top_bottom_k", s) for s in range(1, STEPS + 1)} <= tables
+    assert {("alerts", s) for s in range(1, STEPS + 1)} <= tables
 
 
-def test_colocate_async_trains_with_the_rlhooks_hooks_and_reports_staleness_as_verl_measures_it(cpu_v1_ray, tmp_path):
-    steps = _run(tmp_path, threshold=2)
+def test_colocate_async_trains_with_every_builtin_and_reports_staleness_as_verl_measures_it(colocate_run):
+    steps, records = colocate_run
+    _check_async_run(steps, records, threshold=2)
     assert any(m["staleness/lag_max"] == 1 for m in steps.values())  # generation overlapped training
 
 
+def test_separate_async_trains_with_every_builtin_and_reports_staleness_as_verl_measures_it(separate_run):
+    steps, records = separate_run
+    _check_async_run(steps, records, threshold=2)
+    # the standalone rollout got each update's weights through the gloo checkpoint engine (verl merges the
+    # sender's sync metrics into the step's), and generated while the trainer trained
+    assert all(m["checkpoint_engine/payload_mbytes"] > 0 for m in steps.values()), [sorted(m) for m in steps.values()][0]
+    assert any(m["staleness/lag_max"] == 1 for m in steps.values())
+
+
 def test_colocate_async_evicts_stale_groups_before_the_rlhooks_filters(cpu_v1_ray, tmp_path):
-    steps = _run(tmp_path, threshold=1)  # only on-policy groups train: every group generated earlier is evicted
+    steps, _ = _run(tmp_path, "evicting", _colocate(1))  # only on-policy groups train: earlier ones are evicted
     evicted = sum(m["staleness/evicted_groups"] for m in steps.values())
     assert evicted > 0
     per_source = sum(v for m in steps.values() for k, v in m.items()

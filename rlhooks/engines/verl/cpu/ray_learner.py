@@ -46,8 +46,54 @@ def check_v1_config(cfg: Any) -> None:
         issues.append(ConfigIssue("verl.actor_rollout_ref.rollout.tensor_model_parallel_size",
                                   "the CPU rollout server runs one model copy per worker rank: set "
                                   "tensor/data/pipeline_model_parallel_size to 1"))
+    if separate_async(cfg):
+        issues += _separate_async_issues(cfg)
     if issues:
         raise ConfigError(issues, "(the verl config)", kind="verl config")
+
+
+def separate_async(cfg: Any) -> bool:
+    """Whether the config runs verl's ``separate_async`` trainer (rlhooks's or verl's own)."""
+    from omegaconf import OmegaConf
+
+    mode = OmegaConf.select(cfg, "trainer.v1.trainer_mode", default="sync")
+    return mode in ("separate_async", "rlhooks_separate_async")
+
+
+def standalone_rollout_gpus(cfg: Any) -> int:
+    """Logical GPUs of ``separate_async``'s standalone rollout pool (``rollout.nnodes * n_gpus_per_node``)."""
+    rollout = cfg.actor_rollout_ref.rollout
+    return int(rollout.nnodes or 0) * int(rollout.n_gpus_per_node or 0) if separate_async(cfg) else 0
+
+
+def _separate_async_issues(cfg: Any) -> list:
+    """What verl's separate_async asserts (inside a Ray actor) and what the host CPU adds, as ConfigIssues."""
+    from omegaconf import OmegaConf
+
+    from rlhooks.core.errors import ConfigIssue
+    from rlhooks.engines.verl.cpu import checkpoint_engine
+
+    rollout, issues = cfg.actor_rollout_ref.rollout, []
+    if not (int(rollout.nnodes or 0) > 0 and int(rollout.n_gpus_per_node or 0) > 0):
+        issues.append(ConfigIssue("verl.actor_rollout_ref.rollout.nnodes", "separate_async generates on a standalone "
+                                  "rollout pool of its own: set actor_rollout_ref.rollout.nnodes=1 and "
+                                  "n_gpus_per_node=1 (one CPU rollout server; logical GPUs on the CPU learner)"))
+    engine = rollout.checkpoint_engine
+    if engine.backend != checkpoint_engine.BACKEND or engine.get("custom_backend_module") != checkpoint_engine.__name__:
+        issues.append(ConfigIssue("verl.actor_rollout_ref.rollout.checkpoint_engine", f"is backend={engine.backend!r}: "
+                                  "separate_async moves weights to the standalone rollout through a checkpoint engine "
+                                  "other than 'naive', and verl's need GPUs; set checkpoint_engine.backend="
+                                  f"{checkpoint_engine.BACKEND} and checkpoint_engine.custom_backend_module="
+                                  f"{checkpoint_engine.__name__} (gloo on the host CPU)"))
+    sync_step = int(OmegaConf.select(cfg, "trainer.v1.separate_async.parameter_sync_step", default=1) or 1)
+    if sync_step != 1:
+        # DetachActorWorker keeps pi_old with fsdp2_sharded_save_to_cpu, whose .cpu() of a CPU tensor is the
+        # tensor itself: the optimizer would update the saved copy in place and pi_old would be the new policy
+        issues.append(ConfigIssue("verl.trainer.v1.separate_async.parameter_sync_step", f"is {sync_step}: on the CPU "
+                                  "learner it must be 1 (verl keeps the old policy's weights with .cpu(), which does "
+                                  "not copy a tensor already on the CPU); set it to 1 and "
+                                  "actor_rollout_ref.actor.ppo_mini_batch_size=data.train_batch_size"))
+    return issues
 
 
 def ray_init_kwargs(cfg: Any) -> dict[str, Any]:
@@ -71,8 +117,8 @@ def ray_init_kwargs(cfg: Any) -> dict[str, Any]:
         # joining a running Ray: its nodes declare their resources (`ray start --num-gpus=1`), and Ray
         # refuses num_cpus/num_gpus from a process that connects to a cluster
         return ray_init
-    if ray_init.get("num_gpus") is None:
-        ray_init["num_gpus"] = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
+    if ray_init.get("num_gpus") is None:  # the trainer's pool, and separate_async's standalone rollout pool
+        ray_init["num_gpus"] = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes) + standalone_rollout_gpus(cfg)
     if ray_init.get("num_cpus") is None:
         ray_init["num_cpus"] = RAY_LOGICAL_CPUS
     return ray_init

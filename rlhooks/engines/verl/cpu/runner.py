@@ -45,6 +45,25 @@ def verl_overrides(policy_dir: str | Path, train_file: str | Path, val_file: str
     ]
 
 
+def separate_async_overrides(train_batch_size: int) -> list[str]:
+    """What verl's ``separate_async`` needs on the CPU learner besides ``verl_overrides`` (checked by
+    ``ray_learner.check_v1_config``): one standalone CPU rollout server on a logical GPU of its own, weights
+    moved to it over gloo (``cpu.checkpoint_engine``), and one local update per weight sync
+    (``parameter_sync_step=1``; see ray_learner's check for why). The trainer's pool keeps verl's default
+    colocated (hybrid) replica, which verl puts to sleep at the first step and wakes for validation:
+    verl 0.9.1's ``hybrid_engine=false`` path fails in ``_setup`` (async_trainers.check_hybrid_engine)."""
+    from rlhooks.engines.verl.cpu import checkpoint_engine
+
+    return [
+        "trainer.v1.trainer_mode=rlhooks_separate_async",
+        "actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1",
+        f"actor_rollout_ref.rollout.checkpoint_engine.backend={checkpoint_engine.BACKEND}",
+        f"actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module={checkpoint_engine.__name__}",
+        "trainer.v1.separate_async.parameter_sync_step=1",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={train_batch_size}",
+    ]
+
+
 def use_portable_attention(cfg: Any) -> None:
     """transformers' ``sdpa`` attention unless the config names one: verl's default, flash_attention_2,
     needs a GPU (and the Hydra key is absent from verl's config, so a YAML ``verl:`` section cannot add it)."""

@@ -26,7 +26,7 @@ BASE_TRAINER_MODE = "sync"
 REPLAY_BUFFER_PATH = "pkg://rlhooks.engines.verl.v1.replay_buffer"
 REPLAY_BUFFER_NAME = "RLHooksReplayBuffer"
 #: verl's asynchronous trainer modes rlhooks extends -> the rlhooks trainer mode (v1/async_trainers.py)
-ASYNC_TRAINER_MODES = {"colocate_async": "rlhooks_colocate_async"}
+ASYNC_TRAINER_MODES = {"colocate_async": "rlhooks_colocate_async", "separate_async": "rlhooks_separate_async"}
 #: trainer.v1.sampler.custom_sampler.{path,name} of the rlhooks replay buffer in an asynchronous mode
 ASYNC_REPLAY_BUFFER_PATH = "pkg://rlhooks.engines.verl.v1.async_trainers"
 ASYNC_REPLAY_BUFFER_NAME = "RLHooksReplayBufferAsync"

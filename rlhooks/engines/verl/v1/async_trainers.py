@@ -1,11 +1,15 @@
-"""rlhooks on verl V1's asynchronous trainer (``colocate_async``): verl's async lifecycle, the rlhooks hooks.
+"""rlhooks on verl V1's asynchronous trainers (``colocate_async``, ``separate_async``): verl's async
+lifecycle, the rlhooks hooks.
 
-``RLHooksPPOTrainerColocateAsync`` is the rlhooks V1 trainer (``RLHooksPPOTrainerSync``: sampler, prompt
-filters, ``on_batch_sampled``, filters in the replay buffer, ``on_step_end``, ``rlhooks.pt``) combined
-with verl's ``PPOTrainerColocateAsync`` by inheritance. The only methods verl's sync trainer defines
-(``SYNC_LIFECYCLE``) are taken from verl's async trainer, so the weights are updated and generation
-resumes at step end, generation is paused at sample end, and the warm-up batches are dispatched, all
-as verl does; ``tests/verl/test_verl_async.py`` checks that set against verl's source.
+``RLHooksPPOTrainerColocateAsync`` and ``RLHooksPPOTrainerSeparateAsync`` are the rlhooks V1 trainer
+(``RLHooksPPOTrainerSync``: sampler, prompt filters, ``on_batch_sampled``, filters in the replay buffer,
+``on_step_end``, ``rlhooks.pt``) combined with verl's ``PPOTrainerColocateAsync`` / ``PPOTrainerSeparateAsync``
+by inheritance. The only methods verl's sync trainer defines (``SYNC_LIFECYCLE``) are taken from verl's
+async trainer, so the weights are updated and generation resumes at step end, generation is paused at
+sample end, and the warm-up batches are dispatched, all as verl does; everything else verl's async class
+defines (separate_async: its own ``__init__`` checks, ``_setup`` with the standalone rollout, the
+version-aware old log-probs, the hybrid switch) is reached through the MRO. ``tests/verl/test_verl_async.py``
+checks both compositions against verl's source.
 
 ``RLHooksReplayBufferAsync`` is the rlhooks replay buffer over verl's ``ReplayBufferAsync``. Staleness
 (core/staleness.py): verl evicts groups spanning more than ``max_off_policy_threshold`` versions; here
@@ -25,9 +29,11 @@ import transfer_queue as tq
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 
 from rlhooks.core import batch as cols
 from rlhooks.core.batch import Batch
+from rlhooks.core.errors import ConfigError, ConfigIssue
 from rlhooks.core.manager import merge_metrics
 from rlhooks.core.staleness import eviction_metrics, lag_metrics
 from rlhooks.engines.verl.v1 import ASYNC_TRAINER_MODES
@@ -98,6 +104,38 @@ class RLHooksPPOTrainerColocateAsync(_AsyncHooks, RLHooksPPOTrainerSync, PPOTrai
     on_sample_end = PPOTrainerColocateAsync.on_sample_end
 
 
+def check_hybrid_engine(config: Any) -> None:
+    """``actor_rollout_ref.hybrid_engine=false`` (rollout on the standalone pool only) is refused where verl's
+    ``PPOTrainerSeparateAsync._setup`` passes ``flush=True`` to ``logging.Logger.info`` on that path (verl
+    0.9.1): it raises TypeError after the workers started. Read from verl's source, so a fixed verl runs it."""
+    import inspect
+
+    if bool(config.actor_rollout_ref.get("hybrid_engine", True)):
+        return
+    if "flush=True" in inspect.getsource(PPOTrainerSeparateAsync._setup):
+        raise ConfigError([ConfigIssue(
+            "actor_rollout_ref.hybrid_engine",
+            "is false: this verl's separate_async trainer fails on that path (PPOTrainerSeparateAsync._setup calls "
+            "logger.info(..., flush=True), a TypeError, after the workers have started); leave it at verl's default "
+            "true (the trainer's colocated replica then sleeps while training and serves validation)",
+        )], "verl config")
+
+
+@register_trainer(ASYNC_TRAINER_MODES["separate_async"])
+class RLHooksPPOTrainerSeparateAsync(_AsyncHooks, RLHooksPPOTrainerSync, PPOTrainerSeparateAsync):
+    """verl's ``separate_async`` trainer (rollout on its own resource pool) driven by rlhooks plugins."""
+
+    VERL_TRAINER_MODE = "separate_async"  # also where verl reads parameter_sync_step (trainer.v1.<mode>)
+
+    def __init__(self, config: Any, rlhooks_plugins: Any = ()):
+        check_hybrid_engine(config)  # before verl starts any worker
+        super().__init__(config, rlhooks_plugins)
+
+    on_init_end = PPOTrainerSeparateAsync.on_init_end
+    on_step_end = PPOTrainerSeparateAsync.on_step_end
+    on_sample_end = PPOTrainerSeparateAsync.on_sample_end
+
+
 class RLHooksReplayBufferAsync(RLHooksReplayBuffer, ReplayBufferAsync):
     """verl's async replay buffer; stale groups are evicted before the rlhooks filters judge the rest."""
 
@@ -118,6 +156,10 @@ class RLHooksReplayBufferAsync(RLHooksReplayBuffer, ReplayBufferAsync):
         return stale, dropped - stale, set(self.failure_keys[partition_id]), counts
 
     def _report_stale(self, partition_id: str, uids: set[str], judged_before: set[str]) -> None:
+        with self.trainer.rlhooks_time():  # the step's timing_s/rlhooks
+            self._read_stale(partition_id, uids, judged_before)
+
+    def _read_stale(self, partition_id: str, uids: set[str], judged_before: set[str]) -> None:
         keys = [key for key in self.partitions[partition_id] if key.split("_")[0] in uids]
         if not keys:
             return
@@ -130,4 +172,5 @@ class RLHooksReplayBufferAsync(RLHooksReplayBuffer, ReplayBufferAsync):
         self.trainer.groups_evicted_stale(batch, unseen)
 
 
-__all__ = ["RLHooksPPOTrainerColocateAsync", "RLHooksReplayBufferAsync", "SYNC_LIFECYCLE", "with_staleness"]
+__all__ = ["RLHooksPPOTrainerColocateAsync", "RLHooksPPOTrainerSeparateAsync", "RLHooksReplayBufferAsync",
+           "SYNC_LIFECYCLE", "check_hybrid_engine", "with_staleness"]

@@ -151,6 +151,10 @@ class RLHooksReplayBuffer(ReplayBuffer):
         """Newly finished groups through the rlhooks trainer: uid -> None (kept) or the group's mean reward
         (dropped by a filter)."""
         assert self.trainer is not None
+        with self.trainer.rlhooks_time():  # the step's timing_s/rlhooks
+            return self._judge(partition_id, uids)
+
+    def _judge(self, partition_id: str, uids: set[str]) -> dict[str, float | None]:
         keys = sorted((key for key in self.partitions[partition_id] if key.split("_")[0] in uids), key=trajectory_key)
         out: dict[str, float | None] = {uid: None for uid in uids}
         if not keys:

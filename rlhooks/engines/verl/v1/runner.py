@@ -22,7 +22,7 @@ class _TaskRunnerV1(_VerlTaskRunnerV1):
 
     def run(self, config: Any) -> None:
         import rlhooks.engines.verl.v1.trainer  # noqa: F401 - register_trainer("rlhooks_sync")
-        import rlhooks.engines.verl.v1.async_trainers  # noqa: F401 - register_trainer("rlhooks_colocate_async")
+        import rlhooks.engines.verl.v1.async_trainers  # noqa: F401 - rlhooks_colocate_async, rlhooks_separate_async
 
         warn_unshared_paths(config)
         super().run(config)

@@ -26,8 +26,10 @@ in ``rlhooks.pt``. Reward functions run in verl's reward-loop workers through th
 from __future__ import annotations
 
 import os
+import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -187,9 +189,31 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         self._filter_counts: dict[str, float] = {}
         self.rl.prompt_stage.begin_step()
 
+    #: rlhooks's seconds since the last step's metrics, the last step's end, nesting of rlhooks_time
+    _rlhooks_seconds = _rlhooks_step_end_seconds = 0.0
+    _rlhooks_timing_depth = 0
+
+    @contextmanager
+    def rlhooks_time(self) -> Iterator[None]:
+        """Counts the time inside toward the step's ``timing_s/rlhooks`` (outermost use only: nesting
+        counts once)."""
+        self._rlhooks_timing_depth += 1
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._rlhooks_timing_depth -= 1
+            if not self._rlhooks_timing_depth:
+                self._rlhooks_seconds += time.perf_counter() - start
+
     def _submit_batch_to_rollout(self, batch):
         """The prompts verl is about to hand the agent loop: prompt filters (with top-ups from the sampler),
         then on_batch_sampled, then verl's dispatch."""
+        with self.rlhooks_time():
+            batch = self._prompts_for_rollout(batch)
+        return super()._submit_batch_to_rollout(batch)
+
+    def _prompts_for_rollout(self, batch):
         step = self.global_steps
         counts = getattr(self, "_step_counts", None)
         if counts is not None:
@@ -200,7 +224,7 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
             batch, prompts = stage.select(step, prompts.meta.get("generation", 1), _PromptSource(self), batch, prompts)
             tu.assign_non_tensor_data(batch, "global_steps", step)
         merge_metrics(self._step_metrics, self.rl.batch_sampled(step, prompts))
-        return super()._submit_batch_to_rollout(batch)
+        return batch
 
     def groups_scored(self, batch: Batch) -> np.ndarray:
         """Called by the replay buffer with newly finished groups (before any filter): the learning state,
@@ -224,8 +248,21 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         """verl's metrics of the trained batch, then on_step_end with the trained batch and the rlhooks
-        metrics merged in: the dict verl's logger logs next is the merged one."""
+        metrics merged in: the dict verl's logger logs next is the merged one.
+
+        rlhooks's cost (docs/how-to/async.md, "What rlhooks costs a step"): ``timing_s/rlhooks`` is its work
+        since the last step's metrics (prompt stage, on_batch_sampled, reading scored groups from TransferQueue,
+        learning state, on_rewards_computed, filters, stale evictions: all inside verl's ``timing_s/step``,
+        in verl's timing_raw so verl names it); ``timing_s/rlhooks_step_end`` the previous step's end (trained
+        batch read back, on_step_end, backends, tables), which runs after verl's step timer;
+        ``timing/rlhooks_share`` both over the step's wall time."""
+        timing_raw["rlhooks"], self._rlhooks_seconds = self._rlhooks_seconds, 0.0
         super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
+        end_start = time.perf_counter()
+        step_end = self._rlhooks_step_end_seconds
+        metrics["timing_s/rlhooks_step_end"] = step_end
+        wall = float(timing_raw.get("step", 0.0)) + step_end
+        metrics["timing/rlhooks_share"] = (timing_raw["rlhooks"] + step_end) / wall if wall > 0 else 0.0
         table = metrics.pop(DAPO_FILTERED_REWARD_COUNTS_KEY, None)  # a dict; verl logs it as a table
         trained = self._trained_batch(batch)
         metrics.update(self._step_metrics)
@@ -236,6 +273,7 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         metrics.update(merged)
         if table is not None:
             metrics[DAPO_FILTERED_REWARD_COUNTS_KEY] = table
+        self._rlhooks_step_end_seconds = time.perf_counter() - end_start  # logged with the next step
         stop = self.rl.stop_requested  # a plugin's run.request_stop(reason): checkpoint this step, end
         if stop and self._saved_folder is None:
             self._save_checkpoint()
