@@ -54,6 +54,7 @@ import structlog
 
 from rlhooks.core.errors import PluginError
 from rlhooks.core.hookspecs import HOOK_NAMES, METRIC_HOOKS, PROJECT, RLHookSpecs, hookimpl
+from rlhooks.core.run import BACKEND_THREAD
 
 log = structlog.get_logger("rlhooks.dispatch")
 
@@ -421,7 +422,7 @@ class BackendDispatcher:
     # -- worker side ----------------------------------------------------------------------
     def _work(self) -> None:
         rec = self.rec
-        _this_thread.backend = rec.label  # a run.request_stop(reason) made here names this backend
+        BACKEND_THREAD.backend = rec.label  # a run.request_stop(reason) made here names this backend
         while True:
             item = self.queue.get()
             if item is _STOP:
@@ -459,14 +460,6 @@ class BackendDispatcher:
             except Exception as policy_exc:  # noqa: BLE001 - the worker thread must keep draining
                 log.error("failure policy raised on a dispatch thread", plugin=self.rec.name, hook=hook,
                           error=f"{type(policy_exc).__name__}: {policy_exc}")
-
-
-_this_thread = threading.local()
-
-
-def backend_of_this_thread() -> str | None:
-    """The label of the backend whose dispatch thread calls this, else None."""
-    return getattr(_this_thread, "backend", None)
 
 
 def _register_exit_hook() -> None:

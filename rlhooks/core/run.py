@@ -10,10 +10,12 @@ from typing import Any
 import numpy as np
 import structlog
 
-from rlhooks.core import dispatch
 from rlhooks.core.config import Config, redact_secrets
 
 log = structlog.get_logger("rlhooks.run")
+
+#: set on each backend's dispatch thread (core/dispatch.py): a stop requested there names that backend
+BACKEND_THREAD = threading.local()
 
 #: a run's end status -> the exit code of the command that ran it (any other status: 1); "stopped" is
 #: a plugin's ``run.request_stop(reason)``: a clean end with a checkpoint, told apart from success
@@ -70,7 +72,7 @@ class RunContext:
             return
         self._stop_thread = threading.get_ident()
         self._stop_reason = reason.strip()
-        backend = dispatch.backend_of_this_thread()
+        backend = getattr(BACKEND_THREAD, "backend", None)
         if backend is not None:  # on a backend's dispatch thread; the RunManager names the other callers
             self.stopped_by = backend
             log.warning(f"{backend} requested the run to stop after this step: {self._stop_reason}",

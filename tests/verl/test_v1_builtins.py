@@ -151,8 +151,8 @@ def test_the_builtins_run_together_on_v1(builtins_run):
 
 SAMPLER_STEPS = 2
 #: run name -> (the sampler entry of its rlhooks config, the prefixes of the metrics that sampler logs every step)
+# learnability is the sampler of the async runs (tests/verl/test_cpu_v1_async.py), multi_source the built-ins run's
 SAMPLER_RUNS = {
-    "learnability": ({"name": "learnability", "floor": 0.1}, ("sampler/learnability/",)),
     "dump_ucb": ({"name": "dump_ucb", "window": 16}, ("sampler/ucb/", "sampler/mean_abs_advantage/")),
     "time_curriculum": ({"name": "time_curriculum", "complexity_source": "add_carry",
                          "initial_complexity_percentile": 30, "complexity_warmup_steps": 2},

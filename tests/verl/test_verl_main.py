@@ -347,7 +347,7 @@ def test_a_trainer_mode_the_user_chose_is_never_replaced():
     cfg = build_config(None, ["trainer.v1.trainer_mode=rlhooks_sync"])
     assert cfg.trainer.v1.trainer_mode == "rlhooks_sync"
     for mode, why in (("sync", "would train without them"), ("colocate_async", "as trainer mode 'rlhooks_colocate_async'"),
-                      ("separate_async", "asynchronous modes are not supported")):
+                      ("separate_async", "as trainer mode 'rlhooks_separate_async'")):
         with pytest.raises(ConfigError, match=rf"trainer.v1.trainer_mode: is '{mode}'.*{why}.*trainer.use_v1=false"):
             build_config(None, [f"trainer.v1.trainer_mode={mode}"])
     cfg = build_config(None, ["+trainer.v1.sampler.custom_sampler.path=pkg://my.buffer",
