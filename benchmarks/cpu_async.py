@@ -88,24 +88,10 @@ def one_run(mode: str, steps: int, test_freq: int, val_samples: int, threshold: 
 
 
 def _release(placement_groups_before: set[str], timeout: float = 120) -> None:
-    """What ending an ``rlhooks train`` process releases, for the next mode on this Ray: the run's rollout
-    servers (they end with its TaskRunner; their names must be free) and the placement groups verl made
-    (they belong to this job; verl names them the same in every run)."""
-    import ray
-    from ray.util import placement_group_table, remove_placement_group
-    from ray.util.placement_group import PlacementGroup
+    """What ending an ``rlhooks train`` process releases, for the next mode on this Ray."""
+    from tests.verl.ray_cluster import release_run_resources
 
-    deadline = time.monotonic() + timeout
-    for name in ("cpu_server_0_0", "cpu_server_1_0"):
-        while time.monotonic() < deadline:
-            try:
-                ray.get_actor(name)
-            except ValueError:
-                break
-            time.sleep(0.5)
-    for pg_id, info in placement_group_table().items():
-        if pg_id not in placement_groups_before and info["state"] != "REMOVED":
-            remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
+    release_run_resources(placement_groups_before, timeout)
 
 
 KEEP = ("timing_s/step", "timing_s/rlhooks", "timing_s/rlhooks_step_end", "timing/rlhooks_share", "timing_s/testing",

@@ -254,26 +254,15 @@ def _run_resources_released(timeout: float = 120) -> Iterator[None]:
     """What ending an ``rlhooks train`` process releases, for the next run on the shared Ray: the actors the
     run's TaskRunner owned (they end with it; the CPU rollout server's name must be free again) and the
     placement groups verl made for it (they belong to the job: this process)."""
-    import ray
-    from ray.util import placement_group_table, remove_placement_group
-    from ray.util.placement_group import PlacementGroup
+    from ray.util import placement_group_table
+
+    from tests.verl.ray_cluster import release_run_resources
 
     before = set(placement_group_table())
     try:
         yield
     finally:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                ray.get_actor("cpu_server_0_0")
-            except ValueError:
-                break
-            time.sleep(0.5)
-        else:
-            raise TimeoutError("the run's CPU rollout server outlived its TaskRunner")
-        for pg_id, info in placement_group_table().items():
-            if pg_id not in before and info["state"] != "REMOVED":
-                remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
+        release_run_resources(before, timeout)
 
 
 @contextmanager

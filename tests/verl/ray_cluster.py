@@ -221,3 +221,30 @@ def _init(ray, kwargs: Mapping) -> None:
                     except psutil.NoSuchProcess:
                         pass
             ray.shutdown()
+
+
+#: the named CPU rollout servers a CPU-learner run starts (replica 1: separate_async's standalone one)
+CPU_ROLLOUT_SERVERS = ("cpu_server_0_0", "cpu_server_1_0")
+
+
+def release_run_resources(placement_groups_before: set[str], timeout: float = 120) -> None:
+    """What ending an ``rlhooks train`` process would release, for the next run on a shared Ray: the CPU
+    rollout servers its TaskRunner owned (they end with it; their names must be free again) and the
+    placement groups verl made for it (they belong to the job: this process; verl names them alike each run)."""
+    import ray
+    from ray.util import placement_group_table, remove_placement_group
+    from ray.util.placement_group import PlacementGroup
+
+    deadline = time.monotonic() + timeout
+    for name in CPU_ROLLOUT_SERVERS:
+        while True:
+            try:
+                ray.get_actor(name)
+            except ValueError:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the run's rollout server {name} outlived its TaskRunner")
+            time.sleep(0.5)
+    for pg_id, info in placement_group_table().items():
+        if pg_id not in placement_groups_before and info["state"] != "REMOVED":
+            remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))

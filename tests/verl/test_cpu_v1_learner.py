@@ -30,6 +30,8 @@ from rlhooks.core.errors import ConfigError  # noqa: E402
 from rlhooks.engines.verl.cpu import ray_learner, runner  # noqa: E402
 from rlhooks.engines.verl.main import compose_verl_config  # noqa: E402
 
+from .ray_cluster import release_run_resources as _release_the_runs_resources  # noqa: E402
+
 pytestmark = pytest.mark.verl
 
 STEPS = 3
@@ -106,30 +108,6 @@ def test_joining_a_running_ray_declares_no_resources(composed, monkeypatch):
 
 
 # -- the runs (one Ray start, slow) --------------------------------------------------------------
-
-
-def _release_the_runs_resources(placement_groups_before: set[str], timeout: float = 120) -> None:
-    """What ending the ``rlhooks train`` process would release, for the next run on the shared Ray: the
-    actors the run's TaskRunner owned (they end with it; the CPU rollout server's name must be free) and
-    the placement groups verl made for it (they belong to the job, i.e. this test process)."""
-    import time
-
-    import ray
-    from ray.util import placement_group_table, remove_placement_group
-    from ray.util.placement_group import PlacementGroup
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            ray.get_actor("cpu_server_0_0")
-        except ValueError:
-            break
-        time.sleep(0.5)
-    else:
-        raise TimeoutError("the run's rollout server outlived its TaskRunner")
-    for pg_id, info in placement_group_table().items():
-        if pg_id not in placement_groups_before and info["state"] != "REMOVED":
-            remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
 
 
 def _run(cfg, log: Path) -> dict[int, dict]:
