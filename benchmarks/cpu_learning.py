@@ -599,6 +599,8 @@ def _report(args: argparse.Namespace, runs: list[dict], total: float) -> int:
     target = args.target if args.target is not None else _default_target(runs)
     table = summarize(runs, target)
     print(table + f"\n\ntotal wall time {total:.0f} s")
+    if args.trainer == "v1" and not args.curriculum and not args.quick:  # CI's --no-write run reports it too
+        print("\nV1 against the published legacy seeds:\n" + compare_trainers(runs, _load("legacy")))
     if args.curriculum:
         table = summarize_curriculum(runs)
         print("\n" + table)
