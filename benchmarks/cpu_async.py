@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -82,7 +83,7 @@ def one_run(mode: str, steps: int, test_freq: int, val_samples: int, threshold: 
     logged: dict[int, dict] = {}
     for r in map(json.loads, log.read_text().splitlines()):
         logged.setdefault(int(r["step"]), {}).update(r["data"])
-    return {"mode": mode, "wall_s": wall,
+    return {"mode": mode, "wall_s": wall, "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
             "steps": {s: _kept(m) for s, m in logged.items() if "timing_s/step" in m},
             "accuracy": {s: a for s, m in logged.items() if (a := _accuracy(m)) is not None}}
 
@@ -151,13 +152,27 @@ def chart(runs: list[dict], path: Path) -> None:
         axes[2].plot([cum.get(s, total) for s, _ in acc], [a for _, a in acc], marker="o", ms=3, label=label)
     axes[0].set(xlabel="training step", ylabel="wall time of the step (s)", title="verl's timing_s/step")
     axes[1].set(xlabel="training step", ylabel="% of the step", title="rlhooks's share (timing/rlhooks_share)")
-    axes[2].set(xlabel="trajectories generated", ylabel="validated accuracy (greedy)", title="accuracy over generation")
+    accs = [a for r in runs for a in r["accuracy"].values()]
+    axes[2].set_ylim(max(0.0, min(accs) - 0.05), min(1.0, max(accs) + 0.05))  # not a zoom that makes one prompt a slope
+    axes[2].set(xlabel="trajectories generated", ylabel="validated accuracy (greedy, mean over sources)",
+                title="accuracy over generation")
     for ax in axes:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle("verl V1 trainer modes on the CPU learner (2 shared cores, under load)", fontsize=10)
+    fig.suptitle("verl V1 trainer modes on the CPU learner (one 2-core machine)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def publish(runs: list[dict], args: argparse.Namespace) -> None:
+    loads = ", ".join(f"{r['mode']} {r['load_avg_1m_at_end']}" for r in runs if "load_avg_1m_at_end" in r)
+    (HERE / "CPU_ASYNC.json").write_text(json.dumps(runs, indent=1))
+    (HERE / "CPU_ASYNC.md").write_text(
+        f"# verl V1 trainer modes on the CPU learner\n\n`python -m benchmarks.cpu_async --steps {args.steps} "
+        f"--test-freq {args.test_freq} --val-samples {args.val_samples} --threshold {args.threshold}`, "
+        f"one run per mode, one after the other on one local Ray, measured on a 2-core development machine "
+        f"(1-minute load average at each run's end: {loads or 'not recorded'}).\n\n" + summarize(runs) + "\n")
+    chart(runs, HERE.parent / "docs" / "img" / "cpu_async.png")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,9 +185,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="runs/bench-cpu-async")
     ap.add_argument("--no-write", action="store_true", help="print the table only")
     ap.add_argument("--summarize", metavar="JSON", help="only print the table of a saved run")
+    ap.add_argument("--publish", metavar="JSON", help="write CPU_ASYNC.md/.json and the chart from a saved run "
+                    "(the --out folder's runs.json); its options must be the ones the runs used")
     args = ap.parse_args(argv)
-    if args.summarize:
-        print(summarize(json.loads(Path(args.summarize).read_text())))
+    if args.summarize or args.publish:
+        runs = json.loads(Path(args.summarize or args.publish).read_text())
+        print(summarize(runs))
+        if args.publish:
+            publish(runs, args)
         return 0
     import ray
 
@@ -181,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    assets = runner.prepare(out / "tiny") if not (out / "tiny" / "policy").exists() else (
-        out / "tiny" / "policy", out / "tiny" / "train.parquet")
+    tiny = (out / "tiny" / "policy", out / "tiny" / "train.parquet")
+    assets = tiny if all(p.exists() for p in tiny) else runner.prepare(out / "tiny")
     platform.install()
     # one Ray for every mode, with separate_async's standalone rollout GPU (logical) too
     ray.init(include_dashboard=False, **ray_learner.ray_init_kwargs(compose_verl_config(
@@ -194,15 +214,10 @@ def main(argv: list[str] | None = None) -> int:
             print(summarize(runs), flush=True)
     finally:
         ray.shutdown()
-    table = summarize(runs)
-    print(table)
+    (out / "runs.json").write_text(json.dumps(runs, indent=1))  # kept even with --no-write (--publish it later)
+    print(summarize(runs))
     if not args.no_write:
-        (HERE / "CPU_ASYNC.json").write_text(json.dumps(runs, indent=1))
-        (HERE / "CPU_ASYNC.md").write_text(
-            f"# verl V1 trainer modes on the CPU learner\n\n`python -m benchmarks.cpu_async --steps {args.steps} "
-            f"--test-freq {args.test_freq} --val-samples {args.val_samples} --threshold {args.threshold}`, "
-            "one run per mode, this 2-core machine under load from other engineers.\n\n" + table + "\n")
-        chart(runs, HERE.parent / "docs" / "img" / "cpu_async.png")
+        publish(runs, args)
     return 0
 
 
