@@ -1,7 +1,7 @@
 """The example third-party plugin package, pip-installed for real.
 
 The session fixture pip-installs examples/rlhooks-example-plugin (non-editable, no deps, no build
-isolation: setuptools comes from the venv) into a temporary site directory that this process puts
+isolation: setuptools comes from the venv) into a temporary site directory (once per test run: tests/installed_sites.py) that this process puts
 on ``sys.path`` and the subprocesses get on ``PYTHONPATH``: entry points are found exactly as from
 site-packages, and the venv itself is never changed (so tests running in parallel never see a
 half-installed package). Then: its entry points are visible, a YAML config enabling it by name
@@ -29,17 +29,12 @@ import rlhooks.host
 from rlhooks import Batch
 from rlhooks.host import RunManager, StepDriver, load_config
 
+from .installed_sites import pip_install, shared_site
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "examples" / "rlhooks-example-plugin"
 DIST = "rlhooks-example-plugin"
 BIN = Path(sys.executable).parent
-
-
-def _pip(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pip", *args, "--disable-pip-version-check", "-q"],
-        capture_output=True, text=True, timeout=180,
-    )
 
 
 #: the site directory the example plugin is installed into (set by the ``installed`` fixture)
@@ -56,13 +51,15 @@ def _env() -> dict[str, str]:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[md.Distribution]:
     pytest.importorskip("setuptools", reason="the example package builds with the venv's setuptools")
     # Build from a copy so no build/ or egg-info lands in the checkout.
-    src = tmp_path_factory.mktemp("example-src") / PACKAGE.name
-    import shutil
+    def install(root: Path) -> Path:
+        import shutil
 
-    shutil.copytree(PACKAGE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".pytest_cache"))
-    site = tmp_path_factory.mktemp("example-site")
-    res = _pip("install", "--no-deps", "--no-build-isolation", "--target", str(site), str(src))
-    assert res.returncode == 0, f"pip install of the example plugin failed:\n{res.stdout}\n{res.stderr}"
+        src = root / PACKAGE.name
+        shutil.copytree(PACKAGE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".pytest_cache"))
+        pip_install(root / "site", src)
+        return root / "site"
+
+    site = shared_site(tmp_path_factory, "example-plugin", install)
     path = pytest.MonkeyPatch()
     path.syspath_prepend(str(site))  # also invalidates the import caches
     _SITE.append(site)

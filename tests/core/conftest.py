@@ -3,47 +3,17 @@
 from __future__ import annotations
 
 import importlib
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from rlhooks.core.registry import Registry
 
+from ..installed_sites import pip_install, shared_site, write_dist  # noqa: F401 (test modules import write_dist here)
+
 
 def pip_install_target(src: Path, target: Path) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--disable-pip-version-check", "--target", str(target), str(src)],
-        check=True, capture_output=True, text=True,
-    )
-
-
-def write_dist(root: Path, dist: str, version: str, module: str, code: str, entry_points: dict[str, dict[str, str]]) -> Path:
-    """A minimal source distribution: pyproject with entry points and one module."""
-    src = root / f"{dist}-src"
-    (src / module).mkdir(parents=True)
-    (src / module / "__init__.py").write_text(textwrap.dedent(code))
-    eps = "\n".join(
-        f'[project.entry-points."{group}"]\n' + "\n".join(f'{k} = "{v}"' for k, v in names.items())
-        for group, names in entry_points.items()
-    )
-    (src / "pyproject.toml").write_text(textwrap.dedent(f"""\
-        [build-system]
-        requires = ["setuptools"]
-        build-backend = "setuptools.build_meta"
-
-        [project]
-        name = "{dist}"
-        version = "{version}"
-
-        [tool.setuptools]
-        packages = ["{module}"]
-
-        """) + eps + "\n")
-    return src
+    pip_install(target, src)
 
 
 BACKEND_CODE = '''
@@ -247,7 +217,10 @@ def installed_dists(tmp_path_factory: pytest.TempPathFactory) -> Path:
     * ``broken-plugins 0.1`` registers backend ``broken_one`` whose module fails to import;
     * ``options-plugins 0.2`` registers components with typed Options (see OPTIONS_CODE).
     """
-    root = tmp_path_factory.mktemp("dists")
+    return shared_site(tmp_path_factory, "core-dists", _install_core_dists)
+
+
+def _install_core_dists(root: Path) -> Path:
     target = root / "site"
     alpha = write_dist(root, "alpha-plugins", "1.0", "alpha_plugins", BACKEND_CODE,
                        {"rlhooks.backends": {"shared_name": "alpha_plugins:Backend", "alpha_only": "alpha_plugins:Backend"}})
@@ -270,8 +243,7 @@ def installed_dists(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                            "typo_plugin": "options_plugins:TypoPlugin",
                                            "counter": "options_plugins:Counter",
                                            "exploding": "options_plugins:Exploding"}})
-    for src in (alpha, beta, broken, opts):
-        pip_install_target(src, target)
+    pip_install(target, alpha, beta, broken, opts)
     return target
 
 

@@ -23,6 +23,7 @@ from rlhooks.engines.sim.runs import simulate_run
 from rlhooks.plugins.rewards.verl_adapter import compute_score
 
 from ..reliability.conftest import read_jsonl
+from ..installed_sites import shared_site
 from .conftest import pip_install_target, write_dist
 
 MISTAKES_CODE = '''
@@ -106,16 +107,18 @@ MISTAKES_CODE = '''
 
 @pytest.fixture(scope="module")
 def mistakes_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("mistakes")
-    src = write_dist(root, "mistake-plugins", "0.3", "mistake_plugins", MISTAKES_CODE, {
-        "rlhooks.rewards": {"nan_for_some": "mistake_plugins:nan_for_some"},
-        "rlhooks.plugins": {"normalizer": "mistake_plugins:Normalizer", "jitter": "mistake_plugins:Jitter"},
-        "rlhooks.filters": {"clamping": "mistake_plugins:ClampingFilter"},
-        "rlhooks.backends": {"typo_backend": "mistake_plugins:TypoBackend"},
-        "rlhooks.samplers": {"walker": "mistake_plugins:Walker", "forgetful": "mistake_plugins:Forgetful"},
-    })
-    pip_install_target(src, root / "site")
-    return root / "site"
+    def install(root: Path) -> Path:
+        src = write_dist(root, "mistake-plugins", "0.3", "mistake_plugins", MISTAKES_CODE, {
+            "rlhooks.rewards": {"nan_for_some": "mistake_plugins:nan_for_some"},
+            "rlhooks.plugins": {"normalizer": "mistake_plugins:Normalizer", "jitter": "mistake_plugins:Jitter"},
+            "rlhooks.filters": {"clamping": "mistake_plugins:ClampingFilter"},
+            "rlhooks.backends": {"typo_backend": "mistake_plugins:TypoBackend"},
+            "rlhooks.samplers": {"walker": "mistake_plugins:Walker", "forgetful": "mistake_plugins:Forgetful"},
+        })
+        pip_install_target(src, root / "site")
+        return root / "site"
+
+    return shared_site(tmp_path_factory, "mistakes", install)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from rlhooks.host import load_config
 from rlhooks.plugins.filters.dapo import DapoGroupFilter
 from rlhooks.testing import FilterContract
 
+from ..installed_sites import shared_site
 from .conftest import pip_install_target, write_dist
 
 SHADOW_CODE = '''
@@ -31,11 +32,13 @@ SHADOW_CODE = '''
 
 @pytest.fixture(scope="module")
 def shadow_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("shadow")
-    src = write_dist(root, "shadow-plugins", "0.3", "shadow_plugins", SHADOW_CODE,
-                     {"rlhooks.samplers": {"learnability": "shadow_plugins:ShadowLearnability"}})
-    pip_install_target(src, root / "site")
-    return root / "site"
+    def install(root: Path) -> Path:
+        src = write_dist(root, "shadow-plugins", "0.3", "shadow_plugins", SHADOW_CODE,
+                         {"rlhooks.samplers": {"learnability": "shadow_plugins:ShadowLearnability"}})
+        pip_install_target(src, root / "site")
+        return root / "site"
+
+    return shared_site(tmp_path_factory, "shadow", install)
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from rlhooks.cli import main
 from rlhooks.core.registry import Registry
 from rlhooks.scaffold import KINDS, ScaffoldError, write_plugin
 
+from ..installed_sites import shared_site
 from .conftest import pip_install_target
 
 DIST = "rlhooks-demo-kit"
@@ -31,13 +32,15 @@ ALL_KINDS = ",".join(KINDS)
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(the generated source directory, the site directory it is installed into)."""
-    root = tmp_path_factory.mktemp("scaffold")
-    assert main(["new-plugin", DIST, "--kind", ALL_KINDS, "--dir", str(root)]) == 0
-    site = root / "site"
-    build_copy = root / "build-copy"  # pip leaves build/ and *.egg-info next to the sources it builds
-    shutil.copytree(root / DIST, build_copy)
-    pip_install_target(build_copy, site)
-    return root / DIST, site
+    def generate_and_install(root: Path) -> Path:
+        assert main(["new-plugin", DIST, "--kind", ALL_KINDS, "--dir", str(root)]) == 0
+        build_copy = root / "build-copy"  # pip leaves build/ and *.egg-info next to the sources it builds
+        shutil.copytree(root / DIST, build_copy)
+        pip_install_target(build_copy, root / "site")
+        return root / "site"
+
+    site = shared_site(tmp_path_factory, "scaffold", generate_and_install)  # read only from here on
+    return site.parent / DIST, site
 
 
 def _env(site: Path) -> dict[str, str]:

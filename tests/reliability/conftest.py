@@ -19,6 +19,8 @@ from rlhooks.core.manager import RunManager
 from rlhooks.engines.sim.data import SimDataset, write_dataset
 from rlhooks.engines.sim.engine import SimEngine, load_sim_config
 
+from ..installed_sites import pip_install, shared_site, write_dist
+
 TESTS = Path(__file__).resolve().parents[1]
 
 #: wall-clock metrics of the simulated engine; never compared between runs
@@ -126,8 +128,6 @@ def _load_by_path(name: str, path: Path) -> Any:
 
 #: tests/backends/dispatch_test_backends.py: raising / hanging / counting backends + install()
 dispatch_backends = _load_by_path("_reliability_dispatch_backends", TESTS / "backends" / "dispatch_test_backends.py")
-#: tests/core/conftest.py: write_dist() / pip_install_target() of small real distributions
-core_dists = _load_by_path("_reliability_core_dists", TESTS / "core" / "conftest.py")
 #: tests/contracts/builtin_readers.py: read back what jsonl / tensorboard / wandb persisted
 readers = _load_by_path("_reliability_readers", TESTS / "contracts" / "builtin_readers.py")
 
@@ -175,17 +175,19 @@ def faults_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     * ``reliability-broken 0.1``: backend ``rel_broken`` whose module raises on import;
     * ``reliability-faults 0.1``: filter ``crashing_filter`` that raises at ``crash_at_step``.
     """
-    root = tmp_path_factory.mktemp("fault-dists")
+    return shared_site(tmp_path_factory, "fault-dists", _install_fault_dists)
+
+
+def _install_fault_dists(root: Path) -> Path:
     target = root / "site"
-    broken = core_dists.write_dist(
+    broken = write_dist(
         root, "reliability-broken", "0.1", "reliability_broken",
         "raise RuntimeError('reliability_broken cannot start: missing CUDA toolkit')\n",
         {"rlhooks.backends": {"rel_broken": "reliability_broken:Backend"}},
     )
-    faults = core_dists.write_dist(root, "reliability-faults", "0.1", "reliability_faults", FAULTS_CODE,
+    faults = write_dist(root, "reliability-faults", "0.1", "reliability_faults", FAULTS_CODE,
                                    {"rlhooks.filters": {"crashing_filter": "reliability_faults:CrashingFilter"}})
-    for src in (broken, faults):
-        core_dists.pip_install_target(src, target)
+    pip_install(target, broken, faults)
     return target
 
 

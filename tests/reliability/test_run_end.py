@@ -142,7 +142,7 @@ def test_with_many_sources_the_report_draws_the_largest_few_and_says_so(tmp_path
                                          "rewards/mean"])
 
 
-@pytest.mark.parametrize("signals", [1, 2])
+@pytest.mark.parametrize("signals", [1, pytest.param(2, marks=pytest.mark.slow)])  # two SIGTERMs: ~7 s, slow suite
 def test_sigterm_while_the_report_is_drawn_stops_it_within_the_grace_and_keeps_the_outcome(
         tmp_path: Path, signals: int) -> None:
     """Case 5: SIGTERM (or two) after the outcome is recorded: the report stops within END_GRACE_S;

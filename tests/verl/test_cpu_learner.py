@@ -223,6 +223,7 @@ def _generation_follows_the_agent_loop_contract(runs):
     assert torch.equal(again.batch["responses"], out.batch["responses"])
 
 
+@pytest.mark.slow  # 33 s of a make-test worker; V1, verl's default, has its real-learner runs in the slow suite too
 def test_the_real_learner_end_to_end(runs):
     """One test over the module's runs, so pytest-xdist builds them once (on one worker); each check
     below asserts on its own (learning, DAPO accumulation, rewards and KL, exact resume, agent-loop contract)."""

@@ -236,8 +236,10 @@ def test_prompt_filters_run_before_generation_and_the_learning_state_is_checkpoi
     assert resumed.rl.learning.state_dict() == saved == learning.state_dict()
 
 
-@pytest.mark.parametrize("sampler", [{"name": "learnability", "level": "prompt", "floor": 0.2},
-                                     {"name": "dump_ucb", "window": 40, "temperature": 5.0}], ids=["learnability", "dump_ucb"])
+@pytest.mark.parametrize("sampler", [
+    pytest.param({"name": "learnability", "level": "prompt", "floor": 0.2}, id="learnability"),
+    # the same resume path with the other learning-state sampler: ~9 s, in the slow suite (make test's budget)
+    pytest.param({"name": "dump_ucb", "window": 40, "temperature": 5.0}, id="dump_ucb", marks=pytest.mark.slow)])
 def test_resume_from_rlhooks_pt_with_prompt_filters_and_learning_samplers_equals_uninterrupted(tmp_path, data_file, tokenizer, sampler):
     """verl resume: selective_rollout (self-tuning p), the pre-generation totals, the learning state and
     a learning-driven sampler come back from rlhooks.pt; steps after the checkpoint draw, skip and log
