@@ -4,6 +4,9 @@
     python -m benchmarks.cpu_async                 # writes benchmarks/CPU_ASYNC.md + .json, docs/img/cpu_async.png
     python -m benchmarks.cpu_async --steps 4 --no-write --modes sync colocate_async
     python -m benchmarks.cpu_async --summarize benchmarks/CPU_ASYNC.json
+    python -m benchmarks.cpu_async --publish runs/bench-cpu-async/runs.json   # a --no-write run's saved runs
+
+Every invocation saves its runs (with their options and the machine's core count) to ``<--out>/runs.json``.
 
 Each run is ``rlhooks train``'s path (``main.build_config`` then ``main.run``: verl's ``run_ppo`` with the
 rlhooks TaskRunner) from the shipped tiny policy, on one local Ray started here for all modes. Per step,
@@ -83,7 +86,8 @@ def one_run(mode: str, steps: int, test_freq: int, val_samples: int, threshold: 
     logged: dict[int, dict] = {}
     for r in map(json.loads, log.read_text().splitlines()):
         logged.setdefault(int(r["step"]), {}).update(r["data"])
-    return {"mode": mode, "wall_s": wall, "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
+    return {"mode": mode, "wall_s": wall, "load_avg_1m_at_end": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(),
+            "options": {"steps": steps, "test_freq": test_freq, "val_samples": val_samples, "threshold": threshold},
             "steps": {s: _kept(m) for s, m in logged.items() if "timing_s/step" in m},
             "accuracy": {s: a for s, m in logged.items() if (a := _accuracy(m)) is not None}}
 
@@ -111,7 +115,7 @@ def _accuracy(m: dict) -> float | None:
 
 def summarize(runs: list[dict]) -> str:
     lines = ["| trainer mode | wall time per step, steps 2+ (mean; median) | first step | groups generated | "
-             "stale groups evicted | lag of trained trajectories (mean) | rlhooks per step (mean s; share) | "
+             "stale groups evicted | lag of trained trajectories, steps 2+ (mean) | rlhooks per step (mean s; share) | "
              "validated accuracy (step: acc) | run wall time |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
@@ -119,7 +123,7 @@ def summarize(runs: list[dict]) -> str:
         later = [steps[s]["timing_s/step"] for s in sorted(steps) if s > 1]
         rl = [steps[s].get("timing_s/rlhooks", 0.0) + steps[s].get("timing_s/rlhooks_step_end", 0.0) for s in sorted(steps)]
         share = [steps[s].get("timing/rlhooks_share", 0.0) for s in sorted(steps)]
-        lag = [steps[s].get("staleness/lag_mean", 0.0) for s in sorted(steps)]
+        lag = [steps[s].get("staleness/lag_mean", 0.0) for s in sorted(steps) if s > 1]  # step 1: lag 0 always
         acc = ", ".join(f"{s}: {a:.3f}" for s, a in sorted((int(k), v) for k, v in r["accuracy"].items()))
         lines.append(
             f"| `rlhooks_{r['mode']}` | {statistics.mean(later):.1f} s; {statistics.median(later):.1f} s | "
@@ -152,26 +156,32 @@ def chart(runs: list[dict], path: Path) -> None:
         axes[2].plot([cum.get(s, total) for s, _ in acc], [a for _, a in acc], marker="o", ms=3, label=label)
     axes[0].set(xlabel="training step", ylabel="wall time of the step (s)", title="verl's timing_s/step")
     axes[1].set(xlabel="training step", ylabel="% of the step", title="rlhooks's share (timing/rlhooks_share)")
-    accs = [a for r in runs for a in r["accuracy"].values()]
+    accs = [a for r in runs for a in r["accuracy"].values()] or [0.0, 1.0]
     axes[2].set_ylim(max(0.0, min(accs) - 0.05), min(1.0, max(accs) + 0.05))  # not a zoom that makes one prompt a slope
     axes[2].set(xlabel="trajectories generated", ylabel="validated accuracy (greedy, mean over sources)",
                 title="accuracy over generation")
     for ax in axes:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle("verl V1 trainer modes on the CPU learner (one 2-core machine)", fontsize=10)
+    fig.suptitle(f"verl V1 trainer modes on the CPU learner ({runs[0].get('cpus', '?')}-core machine)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def publish(runs: list[dict], args: argparse.Namespace) -> None:
-    loads = ", ".join(f"{r['mode']} {r['load_avg_1m_at_end']}" for r in runs if "load_avg_1m_at_end" in r)
+def publish(runs: list[dict]) -> None:
+    """benchmarks/CPU_ASYNC.md + .json and docs/img/cpu_async.png from ``runs``: the command line, the core
+    count and the load come from what the runs recorded, not from this invocation."""
+    options = {json.dumps(r.get("options"), sort_keys=True) for r in runs}
+    if len(options) != 1 or None in (r.get("options") for r in runs):
+        raise SystemExit(f"the runs do not record one set of options ({sorted(options)}): rerun them")
+    o = runs[0]["options"]
+    loads = ", ".join(f"{r['mode']} {r['load_avg_1m_at_end']}" for r in runs)
     (HERE / "CPU_ASYNC.json").write_text(json.dumps(runs, indent=1))
     (HERE / "CPU_ASYNC.md").write_text(
-        f"# verl V1 trainer modes on the CPU learner\n\n`python -m benchmarks.cpu_async --steps {args.steps} "
-        f"--test-freq {args.test_freq} --val-samples {args.val_samples} --threshold {args.threshold}`, "
-        f"one run per mode, one after the other on one local Ray, measured on a 2-core development machine "
-        f"(1-minute load average at each run's end: {loads or 'not recorded'}).\n\n" + summarize(runs) + "\n")
+        f"# verl V1 trainer modes on the CPU learner\n\n`python -m benchmarks.cpu_async --steps {o['steps']} "
+        f"--test-freq {o['test_freq']} --val-samples {o['val_samples']} --threshold {o['threshold']}`, "
+        f"one run per mode, one after the other on one local Ray, on a {runs[0]['cpus']}-core machine "
+        f"(1-minute load average at each run's end: {loads}).\n\n" + summarize(runs) + "\n")
     chart(runs, HERE.parent / "docs" / "img" / "cpu_async.png")
 
 
@@ -186,13 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="print the table only")
     ap.add_argument("--summarize", metavar="JSON", help="only print the table of a saved run")
     ap.add_argument("--publish", metavar="JSON", help="write CPU_ASYNC.md/.json and the chart from a saved run "
-                    "(the --out folder's runs.json); its options must be the ones the runs used")
+                    "(the --out folder's runs.json), with the options the runs recorded")
     args = ap.parse_args(argv)
     if args.summarize or args.publish:
         runs = json.loads(Path(args.summarize or args.publish).read_text())
         print(summarize(runs))
         if args.publish:
-            publish(runs, args)
+            publish(runs)
         return 0
     import ray
 
@@ -217,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "runs.json").write_text(json.dumps(runs, indent=1))  # kept even with --no-write (--publish it later)
     print(summarize(runs))
     if not args.no_write:
-        publish(runs, args)
+        publish(runs)
     return 0
 
 

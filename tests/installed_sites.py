@@ -2,8 +2,9 @@
 
 pip costs ~2 s a process here. The pytest-xdist workers of one run share each site directory: the first
 worker that needs it installs every distribution of the site in one pip process, under a file lock, and
-the others wait for it and reuse it. A site is only ever read after it is built (tests put it on
-``sys.path``); a test that must change an installed distribution installs its own.
+the others wait for it and reuse it. A shared site, and any source tree its build leaves beside it, is
+read only once built (tests put the site on ``sys.path``); a test that must change an installed
+distribution installs its own.
 """
 
 from __future__ import annotations
@@ -63,17 +64,19 @@ def shared_site(tmp_path_factory: pytest.TempPathFactory, name: str, build: Call
     Under pytest-xdist, ``root`` lies in the run's base temporary directory, which all its workers share
     (and no other run); a single-process run builds it in its own."""
     base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # also inherited by a pytest a test starts: check the folder
+    if worker and base.name == f"popen-{worker}":
         base = base.parent
     root = base / f"site-{name}"
     with open(base / f"site-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this worker dies
-        built = root / ".built"
+        built = root / ".built"  # written last, by rename: it exists only for a finished build
         if built.is_file():
             return Path(built.read_text())
         if root.exists():  # a build this run started and did not finish (its worker died)
             shutil.rmtree(root)
         root.mkdir()
         site = build(root)
-        built.write_text(str(site))
+        (root / ".built.tmp").write_text(str(site))
+        (root / ".built.tmp").rename(built)
         return site

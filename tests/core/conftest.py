@@ -9,7 +9,7 @@ import pytest
 
 from rlhooks.core.registry import Registry
 
-from ..installed_sites import pip_install, shared_site, write_dist  # noqa: F401 (test modules import write_dist here)
+from ..installed_sites import pip_install, shared_site, write_dist
 
 
 def pip_install_target(src: Path, target: Path) -> None:
@@ -210,7 +210,7 @@ OPTIONS_CODE = '''
 
 @pytest.fixture(scope="session")
 def installed_dists(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Three distributions pip-installed into one target dir (put on sys.path by `third_party`):
+    """Four distributions pip-installed into one target dir, once per test run (put on sys.path by `third_party`):
 
     * ``alpha-plugins 1.0`` registers backend ``shared_name`` and ``alpha_only``;
     * ``beta-plugins 2.3`` registers backend ``shared_name`` too (a duplicate);

@@ -39,7 +39,9 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         pip_install_target(build_copy, root / "site")
         return root / "site"
 
-    site = shared_site(tmp_path_factory, "scaffold", generate_and_install)  # read only from here on
+    # shared by the xdist workers, so read only from here on: the generated tests run in it with
+    # PYTHONDONTWRITEBYTECODE and no cache provider (test_generated_package_layout lists its files)
+    site = shared_site(tmp_path_factory, "scaffold", generate_and_install)
     return site.parent / DIST, site
 
 

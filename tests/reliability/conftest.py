@@ -186,7 +186,7 @@ def _install_fault_dists(root: Path) -> Path:
         {"rlhooks.backends": {"rel_broken": "reliability_broken:Backend"}},
     )
     faults = write_dist(root, "reliability-faults", "0.1", "reliability_faults", FAULTS_CODE,
-                                   {"rlhooks.filters": {"crashing_filter": "reliability_faults:CrashingFilter"}})
+                       {"rlhooks.filters": {"crashing_filter": "reliability_faults:CrashingFilter"}})
     pip_install(target, broken, faults)
     return target
 

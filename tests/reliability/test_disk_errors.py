@@ -56,7 +56,7 @@ def tiny_tmpfs(tmp_path: Path):
         subprocess.run(["umount", str(mnt)], check=False)
 
 
-@pytest.mark.slow  # a 60-step run filling a tmpfs (~8 s); the /dev/full tests below cover write failures in make test
+@pytest.mark.slow  # a 60-step run filling a tmpfs (~8 s); the /dev/full tests in this file cover write failures in make test
 def test_full_disk_never_ends_in_success_or_empty_files(tiny_tmpfs: Path, tmp_path: Path) -> None:
     data = write_dataset(tmp_path / "data.parquet", rows_per_source=40, seed=0)  # outside the full disk
     elsewhere = tmp_path / "cwd"

@@ -2,8 +2,10 @@
 
 One module-scoped pair of runs (3 steps straight; a resume from its step-2 checkpoint) carries the end-to-end
 checks: DAPO accumulation, KL in the reward, the rlhooks reward functions, checkpoints, resume with
-the sampler state. The replacements for verl classes that cannot run on CPU are checked against
-verl's source: if verl changes what they replace, or fixes the reason they exist, a test here fails.
+the sampler state (``slow``: ~33 s of a test worker; V1, verl's default, has its real-learner runs in the
+slow suite too). The replacements for verl classes that cannot run on CPU are checked against verl's
+source in the default suite: if verl changes what they replace, or fixes the reason they exist, a test
+here fails.
 """
 
 from __future__ import annotations
