@@ -12,10 +12,6 @@ from rlhooks.core.registry import Registry
 from ..installed_sites import pip_install, shared_site, write_dist
 
 
-def pip_install_target(src: Path, target: Path) -> None:
-    pip_install(target, src)
-
-
 BACKEND_CODE = '''
     from rlhooks import hookimpl
 

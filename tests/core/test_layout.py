@@ -194,3 +194,29 @@ def test_the_plugin_guide_lists_the_host_surface():
     paragraph = readme[start:readme.index("\n\n", start)]
     missing = [n for n in rlhooks.host.__all__ if f"`{n}`" not in paragraph]
     assert missing == []
+
+
+#: verl's legacy trainer and what exists only for it: the folder, and the CPU learner's legacy flow
+LEGACY_ONLY = ("rlhooks.engines.verl.legacy", "rlhooks.engines.verl.cpu.trainer", "rlhooks.engines.verl.cpu.rollout")
+#: the only places outside LEGACY_ONLY that reach it, each a lazy import on the legacy path (one commit deletes
+#: them with the folder: docs/DEVELOPMENT.md, "verl V1 is the default path")
+LEGACY_ENTRANCES = {
+    "rlhooks.engines.verl": {"rlhooks.engines.verl.legacy.trainer"},  # the RLHooksRayPPOTrainer names
+    "rlhooks.engines.verl.main": {"rlhooks.engines.verl.legacy.runner"},  # trainer.use_v1=false
+    "rlhooks.engines.verl.cpu.runner": {"rlhooks.engines.verl.cpu.trainer"},  # build_trainer, the legacy CPU learner
+}
+
+
+def _is_legacy(module: str) -> bool:
+    return any(module == m or module.startswith(m + ".") for m in LEGACY_ONLY)
+
+
+def test_nothing_v1_needs_imports_the_legacy_trainer():
+    graph = _import_graph()
+    reached = {m: {d for d in deps if _is_legacy(d)} for m, deps in graph.items() if not _is_legacy(m)}
+    assert {m: d for m, d in reached.items() if d} == LEGACY_ENTRANCES
+    for module, deps in LEGACY_ENTRANCES.items():  # lazily: not at module level
+        path = PACKAGE.parent / (module.replace(".", "/") + ("/__init__.py" if module == "rlhooks.engines.verl" else ".py"))
+        top = {n.module for n in ast.parse(path.read_text(encoding="utf-8")).body
+               if isinstance(n, ast.ImportFrom) and n.module}
+        assert not top & deps, module

@@ -23,8 +23,7 @@ from rlhooks.engines.sim.runs import simulate_run
 from rlhooks.plugins.rewards.verl_adapter import compute_score
 
 from ..reliability.conftest import read_jsonl
-from ..installed_sites import shared_site
-from .conftest import pip_install_target, write_dist
+from ..installed_sites import pip_install, shared_site, write_dist
 
 MISTAKES_CODE = '''
     import numpy as np
@@ -115,7 +114,7 @@ def mistakes_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "rlhooks.backends": {"typo_backend": "mistake_plugins:TypoBackend"},
             "rlhooks.samplers": {"walker": "mistake_plugins:Walker", "forgetful": "mistake_plugins:Forgetful"},
         })
-        pip_install_target(src, root / "site")
+        pip_install(root / "site", src)
         return root / "site"
 
     return shared_site(tmp_path_factory, "mistakes", install)

@@ -21,8 +21,7 @@ from rlhooks.host import load_config
 from rlhooks.plugins.filters.dapo import DapoGroupFilter
 from rlhooks.testing import FilterContract
 
-from ..installed_sites import shared_site
-from .conftest import pip_install_target, write_dist
+from ..installed_sites import pip_install, shared_site, write_dist
 
 SHADOW_CODE = '''
     class ShadowLearnability:
@@ -35,7 +34,7 @@ def shadow_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     def install(root: Path) -> Path:
         src = write_dist(root, "shadow-plugins", "0.3", "shadow_plugins", SHADOW_CODE,
                          {"rlhooks.samplers": {"learnability": "shadow_plugins:ShadowLearnability"}})
-        pip_install_target(src, root / "site")
+        pip_install(root / "site", src)
         return root / "site"
 
     return shared_site(tmp_path_factory, "shadow", install)

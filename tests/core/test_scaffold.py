@@ -22,8 +22,7 @@ from rlhooks.cli import main
 from rlhooks.core.registry import Registry
 from rlhooks.scaffold import KINDS, ScaffoldError, write_plugin
 
-from ..installed_sites import shared_site
-from .conftest import pip_install_target
+from ..installed_sites import pip_install, shared_site
 
 DIST = "rlhooks-demo-kit"
 ALL_KINDS = ",".join(KINDS)
@@ -36,7 +35,7 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         assert main(["new-plugin", DIST, "--kind", ALL_KINDS, "--dir", str(root)]) == 0
         build_copy = root / "build-copy"  # pip leaves build/ and *.egg-info next to the sources it builds
         shutil.copytree(root / DIST, build_copy)
-        pip_install_target(build_copy, root / "site")
+        pip_install(root / "site", build_copy)
         return root / "site"
 
     # shared by the xdist workers, so read only from here on: the generated tests run in it with

@@ -352,3 +352,49 @@ def test_the_documented_commands_train_for_real_and_report_the_validation_curve(
     report = run("rlhooks.cli", "report", str(run_dir))
     assert report.returncode == 0, report.stderr[-3000:]
     assert (run_dir / "report" / "overview.png").stat().st_size > 0
+
+
+@pytest.mark.slow  # the legacy CPU learner in this process (no Ray): ~30-60 s on 2 cores
+def test_rlhooks_train_on_the_legacy_trainer_holds_every_rlhooks_metric(tmp_path):
+    """`rlhooks train ... trainer.use_v1=false` (the CLI's main, in this process) on the CPU learner: it trains
+    for real, and the run's metrics.jsonl holds the dapo filter's, the reward functions', source_metrics' and
+    reward_monitor's metrics (an alert that fires) beside verl's, as on V1
+    (tests/verl/test_cpu_v1_learner.py::test_rlhooks_train_trains_on_verls_default_v1_trainer)."""
+    import json
+
+    import yaml
+
+    from rlhooks.cli import main
+
+    policy_dir, data = runner.prepare(tmp_path / "tiny")
+    alert = {"metric": "rewards/count", "condition": "greater", "threshold": 0.0, "level": "warning",
+             "message": "fires every step (the test's alert)"}
+    (tmp_path / "rlhooks.yaml").write_text(yaml.safe_dump({
+        "run": {"out_dir": str(tmp_path / "runs"), "name": "train-legacy"},
+        "filters": [{"name": "dapo", "metric": "acc"}],
+        "rewards": [{"name": "check_answer", "weight": 2.0}, "format_exact", "source_metrics",
+                    {"name": "reward_monitor", "alerts": [alert]}],
+        "backends": ["jsonl"],
+    }))
+    code = main(["train", "--config", str(tmp_path / "rlhooks.yaml"), *runner.verl_overrides(policy_dir, data, micro_batch=16),
+                 "trainer.use_v1=false", "data.train_batch_size=4", "data.seed=3", "data.val_max_samples=4",
+                 "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                 "actor_rollout_ref.rollout.val_kwargs.do_sample=false", "algorithm.adv_estimator=grpo",
+                 "trainer.logger=[console]", "trainer.val_before_train=false", "trainer.test_freq=2",
+                 "trainer.save_freq=2", "trainer.total_training_steps=2", "trainer.total_epochs=100",
+                 f"trainer.default_local_dir={tmp_path / 'ckpt'}", "trainer.experiment_name=train-legacy"])
+    assert code == 0
+    records = [json.loads(x) for x in (tmp_path / "runs" / "train-legacy" / "metrics.jsonl").read_text().splitlines()]
+    steps = {r["step"]: r["metrics"] for r in records if r["kind"] == "metrics" and r["step"] >= 1}
+    assert sorted(steps) == [1, 2]
+    for m in steps.values():
+        assert np.isfinite(m["actor/pg_loss"]) and m["actor/grad_norm"] > 0  # verl's update on a real policy
+        assert m["filter/trained_groups"] == 4 and "filter/dropped_constant" in m  # the dapo filter
+        assert {"rewards/functions/check_answer", "rewards/functions/format_exact"} <= set(m)
+        # logged on a step with an error only on this trainer (docs/how-to/rewards.md): absent is 0
+        assert m.get("rewards/errors/check_answer", 0) == 0 and "contributions/check_answer" in m
+        assert any(k.startswith("source/") and k.endswith("/reward") for k in m), sorted(m)  # source_metrics
+        assert m["rewards/count"] > 0 and m["alerts/warning"] >= 1  # reward_monitor and its alert
+    assert any(k.startswith("val-core/") for k in steps[2])  # verl's validation at step 2
+    assert (tmp_path / "ckpt" / "global_step_2" / "rlhooks.pt").is_file()
+    assert [r["status"] for r in records if r["kind"] == "run_end"] == ["success"]

@@ -7,9 +7,9 @@ step-2 checkpoint. Metrics are read back from verl's own file logger. The cheap 
 the config selects, the config errors) run in the default suite; the runs cost minutes on 2 cores
 (``slow``; see the report in docs/how-to/cpu-learner.md for the measured figure).
 
-The default suite has one V1 run: ``rlhooks train`` itself (the rlhooks TaskRunner, hooks and replay
-buffer), cut to the cheapest run that still runs every part (see ``train_command_run``; its cost is in
-docs/DEVELOPMENT.md, "Working on the code").
+One more V1 run: ``rlhooks train`` itself (the rlhooks TaskRunner, hooks and replay buffer), cut to the
+cheapest run that still runs every part (see ``train_command_run``); slow too: why it is not in the default
+suite is in docs/DEVELOPMENT.md ("A cut-down V1 run").
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def test_the_example_config_is_a_v1_cpu_run():
 #: the cheapest V1 run that still runs every part: no reference policy (no KL loss), one agent-loop and one
 #: reward worker, one TransferQueue storage unit (runner.verl_overrides), 2 steps of 4 prompts x 4 answers,
 #: validation on 4 prompts at step 2, and a checkpoint at step 2
-DEFAULT_SUITE_STEPS = 2
+TRAIN_COMMAND_STEPS = 2
 
 
 @pytest.fixture(scope="module")
@@ -214,8 +214,8 @@ def train_command_run(cpu_v1_ray, tmp_path_factory):
         "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "actor_rollout_ref.rollout.val_kwargs.do_sample=false", "algorithm.adv_estimator=grpo",
         "trainer.logger=[console]", "trainer.val_before_train=false",
-        f"trainer.test_freq={DEFAULT_SUITE_STEPS}", f"trainer.save_freq={DEFAULT_SUITE_STEPS}",
-        f"trainer.total_training_steps={DEFAULT_SUITE_STEPS}", "trainer.total_epochs=100",
+        f"trainer.test_freq={TRAIN_COMMAND_STEPS}", f"trainer.save_freq={TRAIN_COMMAND_STEPS}",
+        f"trainer.total_training_steps={TRAIN_COMMAND_STEPS}", "trainer.total_epochs=100",
         f"trainer.default_local_dir={out / 'ckpt'}", "trainer.experiment_name=train-v1",
     ]
     before = set(placement_group_table())
@@ -229,16 +229,16 @@ def train_command_run(cpu_v1_ray, tmp_path_factory):
     return code, out, records
 
 
-@pytest.mark.slow  # with it make test took 6 min 19 s on 2 idle cores, over the 5-minute budget
+@pytest.mark.slow  # with it make test took 6 min 19 s on 2 idle cores (docs/DEVELOPMENT.md, "A cut-down V1 run")
 def test_rlhooks_train_trains_on_verls_default_v1_trainer(train_command_run):
-    """The default suite's end-to-end V1 run: verl's fit/step, replay buffer (the rlhooks one), TransferQueue,
+    """The cut-down end-to-end V1 run of ``rlhooks train``: verl's fit/step, replay buffer (the rlhooks one), TransferQueue,
     agent loop, reward loop and Ray, with the rlhooks hooks; it trains for real and its metrics hold what each
     rlhooks part adds."""
     code, out, records = train_command_run
     assert code == 0
     steps = {r["step"]: r["metrics"] for r in records if r["kind"] == "metrics"}
-    assert sorted(s for s in steps if s >= 1) == list(range(1, DEFAULT_SUITE_STEPS + 1)), sorted(steps)
-    for step in range(1, DEFAULT_SUITE_STEPS + 1):
+    assert sorted(s for s in steps if s >= 1) == list(range(1, TRAIN_COMMAND_STEPS + 1)), sorted(steps)
+    for step in range(1, TRAIN_COMMAND_STEPS + 1):
         m = steps[step]  # verl's metrics and rlhooks's, as the rlhooks backend got them
         assert np.isfinite(m["actor/pg_loss"]) and m["actor/grad_norm"] > 0 and m["response_length/mean"] > 0
         assert "actor/kl_loss" not in m  # no reference policy: the cheap run
@@ -251,5 +251,5 @@ def test_rlhooks_train_trains_on_verls_default_v1_trainer(train_command_run):
     assert validation, [sorted(r.get("metrics", {})) for r in records][:3]
     accuracy = {k: v for k, v in validation[-1]["metrics"].items() if k.startswith("val-core/") and "/mean@" in k}
     assert accuracy and all(0.0 <= v <= 3.0 for v in accuracy.values()), accuracy
-    assert (out / "ckpt" / f"global_step_{DEFAULT_SUITE_STEPS}" / "rlhooks.pt").is_file()
+    assert (out / "ckpt" / f"global_step_{TRAIN_COMMAND_STEPS}" / "rlhooks.pt").is_file()
     assert [r["status"] for r in records if r["kind"] == "run_end"] == ["success"]
