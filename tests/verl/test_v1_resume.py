@@ -9,11 +9,11 @@ step's row count, i.e. every generated row, before the filters, and every traine
 * ``rlhooks_sync`` with verl's ``algorithm.filter_groups`` (the rlhooks dapo filter) and the ``multi_source``
   sampler: the resumed step 3 is the straight run's step 3: the same prompts generated (uids, rows,
   rewards), the same groups trained, the same rlhooks metrics and an equal ``rlhooks.pt``.
-* ``rlhooks_colocate_async``: a checkpoint taken with groups in flight (verl saves TransferQueue and
-  re-issues them); every prompt the run drew is accounted for across the checkpoint: judged once, trained
+* ``rlhooks_colocate_async`` and ``rlhooks_separate_async`` (each a pair of runs): a checkpoint taken with
+  groups in flight (verl saves TransferQueue and re-issues them); every prompt the run drew is accounted for across the checkpoint: judged once, trained
   at most once, and the restored state plus what the resumed step judged is the resumed run's state.
 
-Slow: four V1 runs; 30 min for the module on this 2-core machine under load (sync 357 + 343 s, colocate_async
+Slow: six V1 runs; 30 min for the first four on this 2-core machine under load (sync 357 + 343 s, colocate_async
 528 + 405 s, see docs/DEVELOPMENT.md).
 """
 
@@ -232,18 +232,23 @@ def test_a_resumed_run_saves_the_straight_runs_rlhooks_state(sync_runs):
     assert not (straight.out / "ckpt" / "global_step_2" / "transfer_queue").exists()
 
 
-# -- rlhooks_colocate_async: a checkpoint with groups in flight ----------------------------------------------
+# -- rlhooks_colocate_async and rlhooks_separate_async: a checkpoint with groups in flight ----------------------
 
 
-@pytest.fixture(scope="module")
-def async_runs(cpu_v1_ray, tmp_path_factory):
-    return _straight_and_resumed(tmp_path_factory, "colocate", "trainer.v1.trainer_mode=rlhooks_colocate_async",
+@pytest.fixture(scope="module", params=["colocate_async", "separate_async"])
+def async_runs(cpu_v1_ray, tmp_path_factory, request):
+    from rlhooks.engines.verl.cpu import runner
+
+    mode = {"colocate_async": ["trainer.v1.trainer_mode=rlhooks_colocate_async"],
+            # the trainer and a standalone CPU rollout server apart, weights over the gloo checkpoint engine
+            "separate_async": runner.separate_async_overrides(4)}[request.param]
+    return _straight_and_resumed(tmp_path_factory, request.param, *mode,
                                  # 3 versions: nothing drawn in a 3-step run ages out, so each group is trained, dropped by
                                  # the filter, waiting in the buffer or generating at the end
                                  "trainer.v1.sampler.max_off_policy_threshold=3")
 
 
-def test_a_colocate_async_checkpoint_holds_groups_in_flight(async_runs):
+def test_an_async_checkpoint_holds_groups_in_flight(async_runs):
     straight, _ = async_runs
     assert (straight.out / "ckpt" / "global_step_2" / "transfer_queue").is_dir()  # verl's async path is on
     from rlhooks.engines.verl.v1.trainer import prompt_uid
@@ -253,7 +258,7 @@ def test_a_colocate_async_checkpoint_holds_groups_in_flight(async_runs):
     assert drawn - judged  # drawn before the checkpoint, not finished and judged by then: in flight
 
 
-def test_colocate_async_resume_neither_drops_nor_duplicates_a_group(async_runs):
+def test_an_async_resume_neither_drops_nor_duplicates_a_group(async_runs):
     from rlhooks.engines.verl.v1.trainer import prompt_uid
 
     straight, resumed = async_runs
