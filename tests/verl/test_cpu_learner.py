@@ -362,27 +362,13 @@ def test_rlhooks_train_on_the_legacy_trainer_holds_every_rlhooks_metric(tmp_path
     (tests/verl/test_cpu_v1_learner.py::test_rlhooks_train_trains_on_verls_default_v1_trainer)."""
     import json
 
-    import yaml
-
     from rlhooks.cli import main
 
+    from .test_cpu_v1_learner import TRAIN_COMMAND_STEPS, train_command
+
+    assert TRAIN_COMMAND_STEPS == 2  # the steps checked below
     policy_dir, data = runner.prepare(tmp_path / "tiny")
-    alert = {"metric": "rewards/count", "condition": "greater", "threshold": 0.0, "level": "warning",
-             "message": "fires every step (the test's alert)"}
-    (tmp_path / "rlhooks.yaml").write_text(yaml.safe_dump({
-        "run": {"out_dir": str(tmp_path / "runs"), "name": "train-legacy"},
-        "filters": [{"name": "dapo", "metric": "acc"}],
-        "rewards": [{"name": "check_answer", "weight": 2.0}, "format_exact", "source_metrics",
-                    {"name": "reward_monitor", "alerts": [alert]}],
-        "backends": ["jsonl"],
-    }))
-    code = main(["train", "--config", str(tmp_path / "rlhooks.yaml"), *runner.verl_overrides(policy_dir, data, micro_batch=16),
-                 "trainer.use_v1=false", "data.train_batch_size=4", "data.seed=3", "data.val_max_samples=4",
-                 "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                 "actor_rollout_ref.rollout.val_kwargs.do_sample=false", "algorithm.adv_estimator=grpo",
-                 "trainer.logger=[console]", "trainer.val_before_train=false", "trainer.test_freq=2",
-                 "trainer.save_freq=2", "trainer.total_training_steps=2", "trainer.total_epochs=100",
-                 f"trainer.default_local_dir={tmp_path / 'ckpt'}", "trainer.experiment_name=train-legacy"])
+    code = main(train_command(tmp_path, "train-legacy", policy_dir, data, "trainer.use_v1=false"))
     assert code == 0
     records = [json.loads(x) for x in (tmp_path / "runs" / "train-legacy" / "metrics.jsonl").read_text().splitlines()]
     steps = {r["step"]: r["metrics"] for r in records if r["kind"] == "metrics" and r["step"] >= 1}

@@ -183,6 +183,33 @@ def test_the_example_config_is_a_v1_cpu_run():
 TRAIN_COMMAND_STEPS = 2
 
 
+def train_command(out: Path, name: str, policy_dir: Path, data: Path, *extra: str) -> list[str]:
+    """``rlhooks train``'s arguments for the cut-down run: an rlhooks YAML (written to ``out``) with the dapo
+    filter, two reward functions, source_metrics and reward_monitor (an alert that fires every step), and
+    verl overrides for TRAIN_COMMAND_STEPS steps of 4 prompts x 4 answers with validation and a checkpoint at
+    the last one (``extra``: more overrides, e.g. ``trainer.use_v1=false``)."""
+    import yaml
+
+    alert = {"metric": "rewards/count", "condition": "greater", "threshold": 0.0, "level": "warning",
+             "message": "fires every step (the test's alert)"}
+    (out / "rlhooks.yaml").write_text(yaml.safe_dump({
+        "run": {"out_dir": str(out / "runs"), "name": name},
+        "filters": [{"name": "dapo", "metric": "acc"}],
+        "rewards": [{"name": "check_answer", "weight": 2.0}, "format_exact", "source_metrics",
+                    {"name": "reward_monitor", "alerts": [alert]}],
+        "backends": ["jsonl"],
+    }))
+    return ["train", "--config", str(out / "rlhooks.yaml"),
+            *runner.verl_overrides(policy_dir, data, micro_batch=16),
+            "data.train_batch_size=4", "data.seed=3", "data.val_max_samples=4",
+            "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.val_kwargs.do_sample=false", "algorithm.adv_estimator=grpo",
+            "trainer.logger=[console]", "trainer.val_before_train=false",
+            f"trainer.test_freq={TRAIN_COMMAND_STEPS}", f"trainer.save_freq={TRAIN_COMMAND_STEPS}",
+            f"trainer.total_training_steps={TRAIN_COMMAND_STEPS}", "trainer.total_epochs=100",
+            f"trainer.default_local_dir={out / 'ckpt'}", f"trainer.experiment_name={name}", *extra]
+
+
 @pytest.fixture(scope="module")
 def train_command_run(cpu_v1_ray, tmp_path_factory):
     """``rlhooks train`` in this process on the session's Ray (verl's run_ppo joins it): the rlhooks YAML with
@@ -190,7 +217,6 @@ def train_command_run(cpu_v1_ray, tmp_path_factory):
     default trainer (V1, sync). Returns the run's directory and the records of its metrics.jsonl."""
     import time
 
-    import yaml
     from ray.util import placement_group_table
 
     from rlhooks.cli import main
@@ -199,28 +225,10 @@ def train_command_run(cpu_v1_ray, tmp_path_factory):
     started = time.monotonic()
     policy_dir, data = runner.prepare(out / "tiny")
     prepared = time.monotonic()
-    alert = {"metric": "rewards/count", "condition": "greater", "threshold": 0.0, "level": "warning",
-             "message": "fires every step (the test's alert)"}
-    (out / "rlhooks.yaml").write_text(yaml.safe_dump({
-        "run": {"out_dir": str(out / "runs"), "name": "train-v1"},
-        "filters": [{"name": "dapo", "metric": "acc"}],
-        "rewards": [{"name": "check_answer", "weight": 2.0}, "format_exact", "source_metrics",
-                    {"name": "reward_monitor", "alerts": [alert]}],
-        "backends": ["jsonl"],
-    }))
-    overrides = [
-        *runner.verl_overrides(policy_dir, data, micro_batch=16),
-        "data.train_batch_size=4", "data.seed=3", "data.val_max_samples=4",
-        "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "actor_rollout_ref.rollout.val_kwargs.do_sample=false", "algorithm.adv_estimator=grpo",
-        "trainer.logger=[console]", "trainer.val_before_train=false",
-        f"trainer.test_freq={TRAIN_COMMAND_STEPS}", f"trainer.save_freq={TRAIN_COMMAND_STEPS}",
-        f"trainer.total_training_steps={TRAIN_COMMAND_STEPS}", "trainer.total_epochs=100",
-        f"trainer.default_local_dir={out / 'ckpt'}", "trainer.experiment_name=train-v1",
-    ]
+    args = train_command(out, "train-v1", policy_dir, data)
     before = set(placement_group_table())
     try:
-        code = main(["train", "--config", str(out / "rlhooks.yaml"), *overrides])
+        code = main(args)
     finally:
         _release_the_runs_resources(before)
     print(f"rlhooks train on V1: prepare {prepared - started:.1f} s, run {time.monotonic() - prepared:.1f} s")
