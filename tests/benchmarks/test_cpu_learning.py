@@ -93,7 +93,7 @@ def test_quick_is_a_short_v1_smoke_test_and_the_legacy_path_stays():
     assert (quick.trainer, quick.configs, quick.seeds, quick.steps, quick.val_max_samples) == ("v1", ["selective"], [0], 2, 32)
     full = bench.parse_args([])
     assert (full.trainer, full.configs, full.seeds, full.steps, full.test_freq) == (
-        "v1", ["dapo", "uniform"], [0], 40, 10)
+        "v1", ["dapo", "uniform"], [0, 1, 2], 40, 10)  # the published table: three seeds, as the legacy one
     legacy = bench.parse_args(["--trainer", "legacy"])  # how the legacy table was measured
     assert (legacy.configs, legacy.seeds, legacy.test_freq) == (bench.COMPARE_CONFIGS, [0, 1, 2], 4)
 
@@ -120,7 +120,7 @@ def test_the_published_page_labels_the_legacy_table_and_says_when_v1_is_partial(
     files["v1"].write_text(json.dumps(_runs("v1", "dapo", [0.47, 0.48])))  # seeds 0 and 1 of dapo, no uniform
     page = bench.markdown()
     assert "## Legacy trainer (`--trainer legacy`" in page and "## V1 (verl's default trainer" in page
-    assert "**Partial**: 1 of 2 runs" in page and "not run: uniform seed 0." in page
+    assert "**Partial**: 2 of 6 runs" in page and "not run: uniform seed 0, uniform seed 1, dapo seed 2, uniform seed 2." in page
     assert "## V1 vs legacy" in page and "| dapo |" in page.split("## V1 vs legacy")[1]
 
 
