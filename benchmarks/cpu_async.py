@@ -221,10 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for mode in args.modes:
             runs.append(one_run(mode, args.steps, args.test_freq, args.val_samples, args.threshold, out, assets))
+            (out / "runs.json").write_text(json.dumps(runs, indent=1))  # after each mode, even with --no-write
             print(summarize(runs), flush=True)
     finally:
         ray.shutdown()
-    (out / "runs.json").write_text(json.dumps(runs, indent=1))  # kept even with --no-write (--publish it later)
     print(summarize(runs))
     if not args.no_write:
         publish(runs)

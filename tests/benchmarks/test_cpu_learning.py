@@ -133,3 +133,19 @@ def test_a_validation_of_a_few_prompts_counts_the_sources_it_had(tmp_path, monke
     run = bench.read_verl_log(log, SIZES, n=8, gen_batch_size=8)
     assert run["accuracy"][0] == 0.5
     assert run["accuracy"][2] == pytest.approx((0.25 * 100 + 1.0 * 64) / 164)
+
+
+def test_a_shorter_v1_run_is_not_compared_with_the_legacy_finals(tmp_path, monkeypatch, capsys):
+    """CI's short run (fewer steps than the published legacy runs) prints its table, not a V1-vs-legacy verdict."""
+    files = {"v1": tmp_path / "v1.json", "legacy": tmp_path / "legacy.json"}
+    monkeypatch.setattr(bench, "RUNS_FILE", files)
+    legacy = _runs("legacy", "dapo", [0.484, 0.477, 0.463])  # validated up to step 2
+    files["legacy"].write_text(json.dumps(legacy))
+    v1 = [{**r, "trainer": "v1", "accuracy": {0: 0.4, 1: 0.45}} for r in _runs("v1", "dapo", [0.0])]
+    args = bench.parse_args(["--configs", "dapo", "--seeds", "0", "--no-write", "--steps", "1"])
+    assert bench._report(args, v1, 1.0) == 0
+    out = capsys.readouterr().out
+    assert "not compared with the published legacy seeds: 1 steps, theirs [2]" in out and "V1 against" not in out
+    args = bench.parse_args(["--configs", "dapo", "--seeds", "0", "--no-write", "--steps", "2"])
+    bench._report(args, _runs("v1", "dapo", [0.47]), 1.0)
+    assert "V1 against the published legacy seeds" in capsys.readouterr().out

@@ -89,6 +89,7 @@ def test_lost_jsonl_with_the_report_on_still_writes_the_summary_and_names_the_lo
     assert json.loads((tmp_path / "demo" / "summary.json").read_text())["status"] == "failed"
 
 
+@pytest.mark.slow  # a CLI process (~7 s); make test keeps the two /dev/full CLI runs of this file
 def test_run_without_a_jsonl_backend_is_a_success_without_a_report(tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text("run: {name: nj}\nbackends: [console]\n")
     cmd = [sys.executable, "-m", "rlhooks.cli", "simulate", str(tmp_path / "c.yaml"), "--out", str(tmp_path),

@@ -80,6 +80,8 @@ def test_bad_dataset_is_a_data_error_naming_file_column_and_row(case: str, tmp_p
         assert str(path) in str(err2.value) and column in str(err2.value)
 
 
+@pytest.mark.slow  # a CLI process (~6 s); the same error is checked in-process above, and CLI errors without a
+# traceback in tests/reliability/test_config_fuzz.py
 def test_simulate_on_a_bad_dataset_is_a_clean_error(tmp_path: Path) -> None:
     cols, _, _ = _bad_cases()["list data_source"]
     path = _write(tmp_path, cols)

@@ -70,7 +70,7 @@ def test_a_file_added_inside_the_runs_own_directory_after_it_ended_is_kept(tmp_p
     assert present == marker["files"]  # what is there is exactly what the run recorded
 
 
-@pytest.mark.parametrize("where", ["name", "out"])
+@pytest.mark.parametrize("where", [pytest.param("name", marks=pytest.mark.slow), "out"])  # a CLI process each (~5 s)
 def test_non_utf8_run_name_or_out_is_a_clean_error_naming_it(tmp_path: Path, where: str) -> None:
     """Case 6: bytes that are not UTF-8 in run.name or --out: an error naming the key, no traceback."""
     bad = b"r\xff\xfe"

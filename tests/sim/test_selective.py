@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
 from rlhooks import FilterDecision, hookimpl
@@ -182,6 +183,7 @@ def test_simulated_prompts_stay_solved_or_unsolved_like_real_ones(tmp_path):
     assert revisit_persistence(index, wrong)[0] >= 0.8  # all wrong stays all wrong (unsolvable items)
 
 
+@pytest.mark.slow  # two 50-step simulated runs (~6 s): the page's claim; make test keeps the compare CLI's own test
 def test_compare_selective_generates_less_to_reach_the_target(tmp_path):
     """The selective-rollout page's comparison at a smaller size (300 rows per source, 50 steps, the default target
     0.8): dapo + selective_rollout reaches the mean-accuracy target with at least 1.5x fewer generated

@@ -154,6 +154,8 @@ def test_fit_runs_hooks_in_order_with_dapo_accumulation(tmp_path, data_file, tok
     assert rec.logged[1]["critic/score/mean"] == pytest.approx(0.5)
 
 
+@pytest.mark.slow  # ~9 s; make test keeps the legacy resume with learning samplers (below), and every sampler's
+# state across a resume is checked in the simulator (tests/reliability/test_resume.py)
 def test_resume_restores_sampler_state_and_continues_the_curriculum(tmp_path, data_file, tokenizer):
     def drawn(rec, steps):
         return [e[3] for e in rec.of("on_batch_sampled") if e[1] in steps]
