@@ -6,9 +6,9 @@ Runs on the shared Ray (conftest ``cpu_v1_ray``), 3 steps of DAPO + GRPO each, w
 source_metrics, reward_monitor with an alert, top/bottom-k tables, the jsonl backend) and, per run, a
 different sampler and the rest of the built-ins (``RUNS``): colocate_async with ``max_off_policy_threshold=2``
 (learnability; the random and per-source tables; the console, tensorboard and wandb backends, read back)
-and with 1 (reward_curriculum, levelling up on stale-aware rewards; every group generated before the last
-update is evicted), and separate_async (dump_ucb; (the trainer and a standalone CPU rollout server in separate
-resource pools and actors, weights moved by the CPU gloo checkpoint engine). multi_source and time_curriculum
+and with 1 (reward_curriculum, levelling up on the rewards of the groups not evicted; every group generated
+before the last update is evicted), and separate_async (dump_ucb; the trainer and a standalone CPU rollout
+server in separate resource pools and actors, weights moved by the CPU gloo checkpoint engine). multi_source and time_curriculum
 run on V1 sync (tests/verl/test_v1_builtins.py); they keep no evidence a lag could age. rlhooks's metrics are read
 back from its jsonl backend and verl's from the same records (rlhooks merges them before verl logs).
 Slow: Ray and the runs cost minutes on 2 cores.
