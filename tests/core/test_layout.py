@@ -215,8 +215,8 @@ def test_nothing_v1_needs_imports_the_legacy_trainer():
     graph = _import_graph()
     reached = {m: {d for d in deps if _is_legacy(d)} for m, deps in graph.items() if not _is_legacy(m)}
     assert {m: d for m, d in reached.items() if d} == LEGACY_ENTRANCES
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     for module, deps in LEGACY_ENTRANCES.items():  # lazily: not at module level
-        path = PACKAGE.parent / (module.replace(".", "/") + ("/__init__.py" if module == "rlhooks.engines.verl" else ".py"))
-        top = {n.module for n in ast.parse(path.read_text(encoding="utf-8")).body
+        top = {n.module for n in ast.parse(files[module].read_text(encoding="utf-8")).body
                if isinstance(n, ast.ImportFrom) and n.module}
         assert not top & deps, module
