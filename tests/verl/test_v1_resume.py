@@ -9,9 +9,10 @@ step's row count, i.e. every generated row, before the filters, and every traine
 * ``rlhooks_sync`` with verl's ``algorithm.filter_groups`` (the rlhooks dapo filter) and the ``multi_source``
   sampler: the resumed step 3 is the straight run's step 3: the same prompts generated (uids, rows,
   rewards), the same groups trained, the same rlhooks metrics and an equal ``rlhooks.pt``.
-* ``rlhooks_colocate_async`` and ``rlhooks_separate_async`` (each a pair of runs): a checkpoint taken with
-  groups in flight (verl saves TransferQueue and re-issues them); every prompt the run drew is accounted for across the checkpoint: judged once, trained
-  at most once, and the restored state plus what the resumed step judged is the resumed run's state.
+* ``rlhooks_colocate_async`` (multi_source) and ``rlhooks_separate_async`` (time_curriculum), each a pair of runs:
+  a checkpoint taken with groups in flight (verl saves TransferQueue and re-issues them); every prompt the run
+  drew is accounted for across the checkpoint: judged once, trained at most once, and the restored state plus
+  what the resumed step judged is the resumed run's state; the sampler goes on from its saved state.
 
 Slow: six V1 runs; 30 min for the first four on this 2-core machine under load (sync 357 + 343 s, colocate_async
 528 + 405 s, see docs/DEVELOPMENT.md).
@@ -41,7 +42,14 @@ COLUMNS = ["sample_id", "uid", "index", "reward", "advantage"]
 GENERATED, TRAINED = "samples/generated", "samples/trained"
 
 
-def _config(assets, out: Path, *extra: str):
+MULTI_SOURCE = {"name": "multi_source", "adaptive_weights": True}
+#: the sampler of the separate_async pair: a schedule counted in feedback batches, so a resume that lost the
+#: count would start the curriculum over (a long warm-up keeps every step of it below 100%)
+TIME_CURRICULUM = {"name": "time_curriculum", "complexity_source": "add_carry", "initial_complexity_percentile": 30,
+                   "complexity_warmup_steps": 50}
+
+
+def _config(assets, out: Path, *extra: str, sampler: dict = MULTI_SOURCE):
     from rlhooks.engines.verl.main import select_v1_parts
 
     cfg = v1_config(assets, out, "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc",
@@ -50,7 +58,7 @@ def _config(assets, out: Path, *extra: str):
               {"name": "top_bottom_k", "k": ALL_ROWS, "columns": COLUMNS, "table": TRAINED, "rows": "trained"}]
     with open_dict(cfg):
         cfg.rlhooks = OmegaConf.create({
-            "run": {"out_dir": str(out / "runs"), "name": "resume"}, "sampler": {"name": "multi_source", "adaptive_weights": True},
+            "run": {"out_dir": str(out / "runs"), "name": "resume"}, "sampler": sampler,
             "rewards": ["source_metrics", "reward_monitor"], "samples": tables, "backends": ["jsonl"]})
         select_v1_parts(cfg, [])
     return cfg
@@ -121,15 +129,15 @@ def _run(cfg, out: Path) -> Run:
     return Run(out, time.monotonic() - start)
 
 
-def _straight_and_resumed(tmp_path_factory, name: str, *extra: str) -> tuple[Run, Run]:
+def _straight_and_resumed(tmp_path_factory, name: str, *extra: str, sampler: dict = MULTI_SOURCE) -> tuple[Run, Run]:
     from rlhooks.engines.verl.cpu import runner
 
     out = tmp_path_factory.mktemp(name)
     assets = runner.prepare(out / "tiny")
-    straight = _run(_config(assets, out / "straight", *extra), out / "straight")
+    straight = _run(_config(assets, out / "straight", *extra, sampler=sampler), out / "straight")
     shutil.copytree(out / "straight" / "ckpt" / "global_step_2", out / "resumed" / "ckpt" / "global_step_2")
     (out / "resumed" / "ckpt" / "latest_checkpointed_iteration.txt").write_text("2")
-    resumed = _run(_config(assets, out / "resumed", *extra), out / "resumed")
+    resumed = _run(_config(assets, out / "resumed", *extra, sampler=sampler), out / "resumed")
     print(f"\n{name}: straight run {straight.wall_s:.0f} s, resumed run {resumed.wall_s:.0f} s")
     return straight, resumed
 
@@ -245,7 +253,9 @@ def async_runs(cpu_v1_ray, tmp_path_factory, request):
     return _straight_and_resumed(tmp_path_factory, request.param, *mode,
                                  # 3 versions: nothing drawn in a 3-step run ages out, so each group is trained, dropped by
                                  # the filter, waiting in the buffer or generating at the end
-                                 "trainer.v1.sampler.max_off_policy_threshold=3")
+                                 "trainer.v1.sampler.max_off_policy_threshold=3",
+                                 # multi_source (adaptive weights) in one async mode, time_curriculum in the other
+                                 sampler={"colocate_async": MULTI_SOURCE, "separate_async": TIME_CURRICULUM}[request.param])
 
 
 def test_an_async_checkpoint_holds_groups_in_flight(async_runs):
@@ -256,6 +266,17 @@ def test_an_async_checkpoint_holds_groups_in_flight(async_runs):
     drawn = {prompt_uid(i) for i in range(straight.state(2)["prompts_drawn"])}
     judged = {g[0] for s in (1, 2) for g in straight.generated(s)}
     assert drawn - judged  # drawn before the checkpoint, not finished and judged by then: in flight
+
+
+def test_an_async_resume_continues_the_samplers_state(async_runs):
+    straight, resumed = async_runs
+    for run in async_runs:  # the sampler, fed by the replay buffer, reports every step
+        assert all(any(k.startswith(("sampler/", "curriculum/")) for k in m) for m in run.metrics.values())
+    # the feedback batches it counted go on from the checkpoint's (a lost state starts again from 0)
+    at_checkpoint = straight.state(2)["components"]["sampler"]["feedback"]
+    assert 0 < at_checkpoint < resumed.state(3)["components"]["sampler"]["feedback"]
+    if "curriculum/level" in straight.metrics[2]:  # time_curriculum: its schedule is those batches
+        assert at_checkpoint == straight.metrics[2]["curriculum/level"] < resumed.metrics[3]["curriculum/level"] < 50
 
 
 def test_an_async_resume_neither_drops_nor_duplicates_a_group(async_runs):
