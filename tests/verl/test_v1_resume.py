@@ -15,7 +15,8 @@ step's row count, i.e. every generated row, before the filters, and every traine
   what the resumed step judged is the resumed run's state; the sampler goes on from its saved state.
 
 Slow: six V1 runs; 30 min for the first four on this 2-core machine under load (sync 357 + 343 s, colocate_async
-528 + 405 s, see docs/DEVELOPMENT.md).
+528 + 405 s, see docs/DEVELOPMENT.md); with a bench run beside them, the async pairs took colocate_async 91 + 82 s
+and separate_async 185 + 137 s (8 min 38 s for both, 2026-11-26).
 """
 
 from __future__ import annotations
