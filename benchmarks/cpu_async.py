@@ -188,8 +188,8 @@ def publish(runs: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--modes", nargs="+", default=MODES, choices=MODES)
-    ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--test-freq", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=40)  # the published table's
+    ap.add_argument("--test-freq", type=int, default=10)
     ap.add_argument("--val-samples", type=int, default=64, help="prompts verl validates (greedy)")
     ap.add_argument("--threshold", type=int, default=2, help="trainer.v1.sampler.max_off_policy_threshold")
     ap.add_argument("--out", default="runs/bench-cpu-async")

@@ -152,7 +152,9 @@ def test_soak_memory_flat_lines_equal_steps_no_leaks(steps: int, tmp_path: Path)
     # ~780 MB) the resident set grew ~10 MB late in a soak that is flat on its own (404 MB, all samples
     # within 0.3 MB): that was the process's, not rlhooks'
     proc = subprocess.run([sys.executable, "-m", "tests.reliability.test_soak", str(steps), str(tmp_path)],
-                          cwd=TESTS.parent, capture_output=True, text=True, timeout=3600)
+                          cwd=TESTS.parent, capture_output=True, text=True, timeout=3600,
+                          # this repository's tests package, not the top-level `tests` verl installs
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS.parent), os.environ.get("PYTHONPATH")]))})
     assert proc.returncode == 0, f"the soak failed in its own process:\n{proc.stderr[-6000:]}"
     report = json.loads((tmp_path / "soak.json").read_text())
     rss = {int(step): mb for step, mb in report["rss"].items()}
@@ -161,6 +163,7 @@ def test_soak_memory_flat_lines_equal_steps_no_leaks(steps: int, tmp_path: Path)
     assert sorted(rss) == list(range(steps // 10, steps + 1, steps // 10))
 
     # console: step 1, then the large interval
+    assert SOAK_STARTS in proc.stdout, proc.stdout[-2000:]
     console = proc.stdout.split(SOAK_STARTS)[1]
     assert console.count("step 1 |") == 1 and "run ended: success" in console
 
