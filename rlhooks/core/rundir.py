@@ -29,6 +29,9 @@ decides what may happen to such a directory:
   to disk and renamed over the target: readers see the old file or the whole new one, never a
   0-byte or partial file, also when the disk is full; a link at the target is replaced, never
   written through, and a link between the run directory and the target is refused.
+* ``claim_output`` / ``open_output`` (the plugin API): a plugin's file in the run directory, claimed
+  first, never through a link inside any run directory (found by its lock file, so in any process);
+  what the run's own process creates there unclaimed is the run's too (``RunDirectory.adopt_unclaimed``).
 """
 
 from __future__ import annotations
