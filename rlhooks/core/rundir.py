@@ -357,8 +357,9 @@ class RunDirectory:
     An entry that this process created in the directory while the run held it and that nobody
     claimed (a plugin written before ``claim_output`` existed) is the run's too: it is claimed when
     the outcome is recorded (``adopt_unclaimed``). One another process put there (a user's notes) is
-    not: a rerun refuses rather than delete it. When the outcome is recorded, the files inside the claimed entries are listed too; a
-    rerun deletes exactly those files (and then their directories, once empty), nothing else.
+    not: a rerun refuses rather than delete it. When the outcome is recorded, the files inside the
+    claimed entries are listed too; a rerun deletes exactly those files (and then their directories,
+    once empty), nothing else.
     """
 
     def __init__(self, path: Path, lock: RunDirLock, command: str) -> None:

@@ -430,12 +430,12 @@ class CheckpointWriter:
         must be. A CheckpointError saying what, where, and what to do; nothing is followed."""
         folder = self.root / f"{STEP_PREFIX}{step}"
         tracked, _ = read_tracker(self.root)
-        resumable = (f"the tracker still names step {tracked}" if tracked is not None else
-                     "no checkpoint of this run is tracked yet")
+        resumable, again = ((f"the tracker still names step {tracked}", "resume the run") if tracked is not None
+                            else ("no checkpoint of this run is tracked yet", "start the run again"))
 
         def refuse(path: Path, why: str, fix: str) -> CheckpointError:
             return CheckpointError(f"cannot save the checkpoint of step {step}: {path} is {_kind(path)}; {why}. "
-                                   f"Nothing of this checkpoint was written ({resumable}): {fix}, then resume the run")
+                                   f"Nothing of this checkpoint was written ({resumable}): {fix}, then {again}")
 
         link_why = ("rlhooks never writes a checkpoint through a link (verl's workers would overwrite the files where "
                     "it points, and rotation would later delete them)")
