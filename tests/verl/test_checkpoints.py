@@ -230,15 +230,30 @@ def test_a_kill_at_every_file_operation_of_a_save_leaves_a_tracked_complete_chec
 
 
 def test_rotation_removes_older_checkpoints_file_by_file_and_keeps_what_it_did_not_write(actor, tmp_path):
+    """Also issue 37 items 1-2 with verl's own FSDP files: a user's file in a step folder before its save is
+    not sealed nor rotated away, and a link planted at a step folder is refused before anything is written."""
     root, run_dir = tmp_path / "ckpt", tmp_path / "run"
     trainer = make_trainer(actor, root, run_dir, "trainer.max_actor_ckpt_to_keep=2")
     save(trainer, 1)
     (root / "global_step_1" / "NOTES.md").write_text("mine")
+    (root / "global_step_2" / "actor").mkdir(parents=True)
+    (root / "global_step_2" / "actor" / "MY_NOTES.txt").write_text("mine too")  # there before step 2's save
     for step in (2, 3, 4):
         save(trainer, step)
-    assert sorted(p.name for p in root.iterdir()) == ["global_step_1", "global_step_3", "global_step_4", TRACKER]
+    assert sorted(p.name for p in root.iterdir()) == ["global_step_1", "global_step_2", "global_step_3",
+                                                      "global_step_4", TRACKER]
     assert [p.name for p in (root / "global_step_1").iterdir()] == ["NOTES.md"]  # the user's file, nothing of ours
+    assert [str(p.relative_to(root)) for p in sorted((root / "global_step_2").rglob("*"))] == \
+        ["global_step_2/actor", "global_step_2/actor/MY_NOTES.txt"]
+    victim = tmp_path / "victim"
+    shutil.copytree(root / "global_step_4", victim)
+    before = {p: p.read_bytes() for p in victim.rglob("*") if p.is_file()}
+    (root / "global_step_5").symlink_to(victim)
+    with pytest.raises(RLHooksError, match=r"cannot save the checkpoint of step 5: .*global_step_5 is a symbolic link"):
+        save(trainer, 5)
+    assert {p: p.read_bytes() for p in victim.rglob("*") if p.is_file()} == before
     assert int((root / TRACKER).read_text()) == 4
+    (root / "global_step_5").unlink()
     assert resume(actor, root, run_dir)[1] == 4 and weights_step(actor) == 4
 
 
