@@ -107,7 +107,8 @@ def test_the_rlhooks_async_modes_select_the_async_replay_buffer(mode) -> None:
     # verl's own mode, chosen: it runs as the rlhooks one (as 'sync' does; issue 38, item 11)
     cfg = _cfg(mode)
     assert select_v1_parts(cfg, [f"trainer.v1.trainer_mode={mode}"])["trainer.v1.trainer_mode"] == ours
-    assert cfg.trainer.v1.trainer_mode == ours and cfg.trainer.v1.sampler.custom_sampler.name == v1.ASYNC_REPLAY_BUFFER_NAME
+    assert cfg.trainer.v1.trainer_mode == ours
+    assert cfg.trainer.v1.sampler.custom_sampler.name == v1.ASYNC_REPLAY_BUFFER_NAME
     # a mode rlhooks does not extend (here one registered by another library) is still refused, saying so
     with pytest.raises(ConfigError, match="'my_async' is not one of them, so it would train without them"):
         select_v1_parts(_cfg("my_async"), ["trainer.v1.trainer_mode=my_async"])

@@ -583,9 +583,11 @@ def test_the_start_checks_accept_what_verl_accepts(checked, tmp_path):
     buffer.write_text("from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer\n\n\n"
                       "class Mine(RLHooksReplayBuffer):\n    pass\n")
     for updates in ({"trainer.v1.sampler.max_off_policy_threshold": None},  # null: no limit
-                    {"trainer.v1.sampler.custom_sampler.path": str(buffer), "trainer.v1.sampler.custom_sampler.name": "Mine"},
-                    {**SEPARATE, "trainer.v1.separate_async.parameter_sync_step": 2, "actor_rollout_ref.rollout.nnodes": 1,
-                     "actor_rollout_ref.actor.ppo_mini_batch_size": 2, "actor_rollout_ref.rollout.n_gpus_per_node": 1,
+                    {"trainer.v1.sampler.custom_sampler.path": str(buffer),
+                     "trainer.v1.sampler.custom_sampler.name": "Mine"},
+                    {**SEPARATE, "trainer.v1.separate_async.parameter_sync_step": 2,
+                     "actor_rollout_ref.actor.ppo_mini_batch_size": 2, "actor_rollout_ref.rollout.nnodes": 1,
+                     "actor_rollout_ref.rollout.n_gpus_per_node": 1,
                      "actor_rollout_ref.rollout.checkpoint_engine.backend": "nccl",
                      "trainer.v1.sampler.custom_sampler.path": "pkg://rlhooks.engines.verl.v1.async_trainers",
                      "trainer.v1.sampler.custom_sampler.name": "RLHooksReplayBufferAsync"}):
@@ -632,8 +634,8 @@ def test_separate_async_on_the_cpu_learner_sets_what_it_needs_where_unset(tmp_pa
     from rlhooks.engines.verl.cpu import ray_learner, runner
 
     monkeypatch.chdir(tmp_path)
-    base = runner.verl_overrides("policy", "train.parquet") + ["data.train_batch_size=8", "actor_rollout_ref.rollout.n=8",
-                                                              "trainer.v1.trainer_mode=separate_async"]
+    base = [*runner.verl_overrides("policy", "train.parquet"), "data.train_batch_size=8",
+            "actor_rollout_ref.rollout.n=8", "trainer.v1.trainer_mode=separate_async"]
     cfg = build_config(None, base)
     assert cfg.trainer.v1.trainer_mode == "rlhooks_separate_async"
     wanted = dict(o.split("=", 1) for o in runner.separate_async_overrides(8)[1:])

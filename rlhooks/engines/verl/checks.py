@@ -56,8 +56,8 @@ def v1_shape_issues(cfg: Any) -> list[ConfigIssue]:
     for key in ("sampler", "sync", "colocate_async", "separate_async"):
         node = v1.get(key)
         if node is not None and not isinstance(node, DictConfig):
-            issues.append(ConfigIssue(f"trainer.v1.{key}", f"is {node!r}, not a mapping: set the keys under it "
-                                                           f"(see verl's ppo_trainer.yaml), not trainer.v1.{key} itself"))
+            issues.append(ConfigIssue(f"trainer.v1.{key}", f"is {node!r}, not a mapping: set the keys under "
+                                                           f"it (see verl's ppo_trainer.yaml), not trainer.v1.{key}"))
     mode = v1.get("trainer_mode")
     if not isinstance(mode, str):
         issues.append(ConfigIssue("trainer.v1.trainer_mode", f"is {mode!r}: name a trainer mode "
@@ -127,7 +127,8 @@ def _custom_sampler_issues(cfg: Any) -> list[ConfigIssue]:
         loaded = load_extern_object(path, str(name))
     except Exception as exc:  # noqa: BLE001 - any failure to import the user's module means the same
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-        return [ConfigIssue(f"{key}.path", f"{path!r}, name {name!r} cannot be loaded as verl loads it ({reason}); {fix}")]
+        return [ConfigIssue(f"{key}.path", f"{path!r}, name {name!r} cannot be loaded as verl loads it ({reason}); "
+                                           f"{fix}")]
     if asynchronous:
         from rlhooks.engines.verl.v1.async_trainers import RLHooksReplayBufferAsync as base
     else:
@@ -158,10 +159,10 @@ def _separate_async_issues(cfg: Any, on_cpu: bool) -> list[ConfigIssue]:
     if on_cpu:
         return issues  # the CPU learner's own checks (cpu.ray_learner) name its rollout pool and checkpoint engine
     rollout = cfg.actor_rollout_ref.rollout
-    if not (_whole(rollout.nnodes) and rollout.nnodes > 0 and _whole(rollout.n_gpus_per_node) and rollout.n_gpus_per_node > 0):
+    if not all(_whole(v) and v > 0 for v in (rollout.nnodes, rollout.n_gpus_per_node)):
         issues.append(ConfigIssue("actor_rollout_ref.rollout.nnodes", f"is {rollout.nnodes!r} (n_gpus_per_node "
-                                  f"{rollout.n_gpus_per_node!r}): separate_async generates on a rollout pool of its own; "
-                                  "set actor_rollout_ref.rollout.nnodes and n_gpus_per_node to its size (both > 0)"))
+                                  f"{rollout.n_gpus_per_node!r}): separate_async generates on a rollout pool of its "
+                                  "own; set actor_rollout_ref.rollout.nnodes and n_gpus_per_node to its size (both > 0)"))
     if rollout.checkpoint_engine.backend == "naive":
         issues.append(ConfigIssue("actor_rollout_ref.rollout.checkpoint_engine.backend", "is 'naive': separate_async "
                                   "moves weights to its own rollout pool through another engine (nccl, nixl, ...)"))
@@ -203,8 +204,8 @@ def batch_split_issues(cfg: Any) -> list[ConfigIssue]:
                                       f"ppo_mini_batch_size x actor_rollout_ref.rollout.n = {update} samples, which "
                                       f"verl's workers split evenly over the {ranks}: make it a multiple of {dp}"))
         else:
-            issues += _micro_issue("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu,
-                                   update // dp, f"updates on ppo_mini_batch_size x n / {ranks} = {mini} x {n} / {dp}")
+            issues += _micro_issue("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+                                   actor.ppo_micro_batch_size_per_gpu, update // dp, f"updates on ppo_mini_batch_size x n / {ranks} = {mini} x {n} / {dp}")
     sync_step = _select(cfg, "trainer.v1.separate_async.parameter_sync_step", 1)
     if _select(cfg, "trainer.v1.trainer_mode") not in SEPARATE_ASYNC_MODES:
         sync_step = 1
@@ -224,7 +225,8 @@ def batch_split_issues(cfg: Any) -> list[ConfigIssue]:
     bypass = _select(cfg, "algorithm.rollout_correction.bypass_mode", False)
     if not bypass and not rollout.get("log_prob_use_dynamic_bsz", False):
         issues += _micro_issue("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
-                               rollout.get("log_prob_micro_batch_size_per_gpu"), samples // dp, f"computes log-probs on {how}")
+                               rollout.get("log_prob_micro_batch_size_per_gpu"), samples // dp,
+                               f"computes log-probs on {how}")
     from verl.trainer.ppo.utils import need_reference_policy
 
     if need_reference_policy(cfg) and not ref.ref.get("log_prob_use_dynamic_bsz", False):
@@ -277,7 +279,8 @@ def v1_ignored_keys(cfg: Any, raw: Mapping[str, Any]) -> list[str]:
     ignores: the legacy trainer's generation limit (``run.max_num_gen_batches``, ``run.on_gen_limit``, a dapo
     entry's ``max_num_gen_batches``, verl's ``algorithm.filter_groups.max_num_gen_batches`` > 0)."""
     run = raw.get("run") or {}
-    found = [f"rlhooks.run.{k}" for k in ("max_num_gen_batches", "on_gen_limit") if isinstance(run, Mapping) and k in run]
+    keys = ("max_num_gen_batches", "on_gen_limit")
+    found = [f"rlhooks.run.{k}" for k in keys if isinstance(run, Mapping) and k in run]
     filters = raw.get("filters") or []
     for i, entry in enumerate(filters if isinstance(filters, list) else []):
         if isinstance(entry, Mapping) and "max_num_gen_batches" in entry:
