@@ -426,7 +426,7 @@ def test_rlhooks_train_refuses_a_damaged_or_deleted_checkpoint_in_one_line(tmp_p
     assert other.returncode == 1 and "Traceback" not in other.stderr, other.stderr[-3000:]
     assert ("was written by run 'verl-cpu-tiny' on the V1 trainer in mode rlhooks_sync, and this is run 'other' on "
             "the V1 trainer in mode rlhooks_sync") in other.stderr, other.stderr[-3000:]
-    assert not (tmp_path / "runs" / "other").exists()
+    assert not (tmp_path / "runs" / "other" / "metrics.jsonl").exists()  # no run started
 
     model = ckpt / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt"
     model.write_bytes(model.read_bytes()[:100])
