@@ -375,6 +375,31 @@ def test_a_checkpoint_verl_wrote_alone_still_resumes(actor, tmp_path):
     assert step == 2 and weights_step(actor) == 2 and resumed.rl.loaded is None
 
 
+def test_a_checkpoint_another_run_wrote_is_refused_naming_both(actor, tmp_path, trainer_kind):
+    """rlhooks.pt names the run that wrote it (name, trainer, V1 mode): a run under another name, on the other
+    trainer or in another mode refuses it before verl loads a file, naming both; the run itself resumes
+    (issue 38, item 13: a second run silently resumed the first one's checkpoint and trained nothing)."""
+    root = tmp_path / "ckpt"
+    save(make_trainer(actor, root, tmp_path / "first"), 2)
+    with pytest.raises(RLHooksError) as err:
+        resume(actor, root, tmp_path / "second")
+    trainer = "the V1 trainer in mode sync" if trainer_kind == "v1" else "the legacy trainer"
+    assert (f"cannot resume from step 2: {root / 'global_step_2'} was written by run 'first' on {trainer}, and this "
+            f"is run 'second' on {trainer}: a run resumes only its own checkpoints") in str(err.value)
+    assert weights_step(actor) == -1  # refused before verl loaded the actor
+    other = "v1" if trainer_kind == "legacy" else "legacy"
+    _TRAINER["kind"] = other
+    with pytest.raises(RLHooksError, match=f"written by run 'first' on {trainer}, and this is run 'first' on the "
+                                           f"{'V1' if other == 'v1' else 'legacy'} trainer"):
+        resume(actor, root, tmp_path / "first")
+    _TRAINER["kind"] = trainer_kind
+    if trainer_kind == "v1":
+        with pytest.raises(RLHooksError, match="this is run 'first' on the V1 trainer in mode rlhooks_colocate_async"):
+            resume(actor, root, tmp_path / "first", "trainer.v1.trainer_mode=rlhooks_colocate_async")
+    resumed, step = resume(actor, root, tmp_path / "first")
+    assert step == 2 and weights_step(actor) == 2 and resumed.rl.loaded == {"sampler": {"value": 2}}
+
+
 @pytest.mark.parametrize("trainer_kind", ["v1"], indirect=True)  # V1 only: the legacy trainer has no replay buffer
 def test_v1_resumes_its_prompt_count_and_the_verdicts_on_groups_still_buffered(actor, tmp_path):
     """V1's uids count the prompts drawn, and groups judged before a checkpoint come back with verl's async
@@ -390,7 +415,7 @@ def test_v1_resumes_its_prompt_count_and_the_verdicts_on_groups_still_buffered(a
     assert resumed.rl.loaded == {"sampler": {"value": 2}} and resumed.rl.loaded_from == (2, str(root / "global_step_2"))
 
 
-@pytest.mark.slow  # three `rlhooks train` processes on the CPU learner (~1 min each here)
+@pytest.mark.slow  # four `rlhooks train` processes on the CPU learner (~1 min each here; one refused before Ray)
 @pytest.mark.parametrize("trainer_kind", ["v1"])  # once: the example config runs verl's default trainer, V1
 def test_rlhooks_train_refuses_a_damaged_or_deleted_checkpoint_in_one_line(tmp_path):
     """The documented CPU-learner commands: 2 steps with max_actor_ckpt_to_keep=1, then a truncated actor
@@ -410,6 +435,13 @@ def test_rlhooks_train_refuses_a_damaged_or_deleted_checkpoint_in_one_line(tmp_p
     assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
     ckpt = tmp_path / "runs" / "verl-cpu-tiny" / "checkpoints"
     assert sorted(p.name for p in ckpt.iterdir()) == ["global_step_2", TRACKER]  # rotated after the commit
+
+    # another run sharing the directory is refused before Ray (issue 38: it resumed step 2 and trained nothing)
+    other = run(*train, "rlhooks.run.name=other", f"trainer.default_local_dir={ckpt}", "trainer.total_training_steps=3")
+    assert other.returncode == 1 and "Traceback" not in other.stderr, other.stderr[-3000:]
+    assert ("was written by run 'verl-cpu-tiny' on the V1 trainer in mode rlhooks_sync, and this is run 'other' on "
+            "the V1 trainer in mode rlhooks_sync") in other.stderr, other.stderr[-3000:]
+    assert not (tmp_path / "runs" / "other" / "metrics.jsonl").exists()  # no run started
 
     model = ckpt / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt"
     model.write_bytes(model.read_bytes()[:100])

@@ -173,6 +173,12 @@ def test_the_example_config_is_a_v1_cpu_run():
     assert list(cfg.reward.custom_reward_function.reward_kwargs.functions) == [
         "format_exact", "format_approx", "check_answer", "check_numbers"]
     ray_learner.check_v1_config(cfg)  # no config error
+    # issue 38, items 13-14: the run's own checkpoint directory, and no key that V1 ignores
+    from rlhooks.engines.verl.checks import v1_ignored_keys
+    from rlhooks.engines.verl.config import raw_block
+
+    assert cfg.trainer.default_local_dir == "runs/verl-cpu-tiny/checkpoints"
+    assert v1_ignored_keys(cfg, raw_block(cfg)) == []
 
 
 # -- `rlhooks train` on verl's V1 sync trainer, cut down (slow: see the marker) -----------------------

@@ -40,6 +40,12 @@ change made outside the run does (a deleted step, an edited tracker), and then a
 refusing loses nothing, while a wrong guess overwrites later checkpoints and re-logs their steps. A
 run that starts from scratch into a run directory whose ``metrics.jsonl`` already holds metrics is
 refused too: two runs would be spliced into one file.
+
+**Whose checkpoint.** ``rlhooks.pt`` names the run that wrote it (:data:`OWNER_KEY`: run name, trainer,
+V1 trainer mode). A run resumes only its own: a checkpoint written by another run (another name, the other
+trainer, another mode; e.g. two runs sharing one ``trainer.default_local_dir``) is refused naming both,
+before verl loads anything (:func:`check_owner`), and ``rlhooks train`` checks the same before Ray starts
+(:func:`owner_conflict`). A seal without the key (an older rlhooks) resumes as before.
 """
 
 from __future__ import annotations
@@ -81,6 +87,9 @@ FSDP_FILES = {"model": "model_world_size_{w}_rank_{r}.pt", "optimizer": "optim_w
               "extra": "extra_state_world_size_{w}_rank_{r}.pt"}
 FSDP_CONFIG = "fsdp_config.json"
 DEFAULT_CONTENTS = ("model", "optimizer", "extra")
+#: the key in rlhooks.pt naming who wrote the checkpoint: {"run": name, "trainer": "v1"|"legacy", "mode": V1's
+#: trainer.v1.trainer_mode or None}
+OWNER_KEY = "written_by"
 
 
 class CheckpointError(RLHooksError):
@@ -623,10 +632,82 @@ def _resume(found: Inspection, root: Path, roles: Mapping[str, Sequence[str]], n
     return ResumePlan(found.folder, found.step, found.state)
 
 
+# -- whose checkpoint -------------------------------------------------------------------------------
+def owner_of(config: Any, run_name: str) -> dict[str, Any]:
+    """Who writes (or would resume) checkpoints with this verl config, in the run named ``run_name``."""
+    from rlhooks.engines.verl.config import trainer_in_use
+
+    trainer = trainer_in_use(config)
+    mode = config.trainer.v1.get("trainer_mode", None) if trainer == "v1" else None
+    return {"run": str(run_name), "trainer": trainer, "mode": None if mode is None else str(mode)}
+
+
+def _who(owner: Mapping[str, Any]) -> str:
+    trainer = "V1" if owner.get("trainer") == "v1" else "legacy"
+    mode = f" in mode {owner['mode']}" if owner.get("mode") else ""
+    return f"run {owner.get('run')!r} on the {trainer} trainer{mode}"
+
+
+def _as_owner(owner: Mapping[str, Any]) -> str:
+    """The overrides that make a run the checkpoint's owner."""
+    out = [f"rlhooks.run.name={owner.get('run')}"]
+    if owner.get("trainer") == "v1":
+        out += ["trainer.use_v1=true"] + ([f"trainer.v1.trainer_mode={owner['mode']}"] if owner.get("mode") else [])
+    else:
+        out.append("trainer.use_v1=false")
+    return " ".join(out)
+
+
+def owner_problem(state: Mapping[str, Any] | None, folder: str | Path, current: Mapping[str, Any]) -> str | None:
+    """Why this run (``current``, :func:`owner_of`) must not resume the checkpoint ``folder`` whose rlhooks.pt
+    is ``state``; None when it may (its own, or a seal that names no owner)."""
+    written = (state or {}).get(OWNER_KEY)
+    if not isinstance(written, Mapping) or {k: written.get(k) for k in current} == dict(current):
+        return None
+    return (f"{folder} was written by {_who(written)}, and this is {_who(current)}: a run resumes only its own "
+            f"checkpoints. To continue that run, start it as it was ({_as_owner(written)}); to start this run "
+            f"afresh, give it its own trainer.default_local_dir (rlhooks train puts a run's checkpoints in its run "
+            f"directory, <run.out_dir>/<run.name>/checkpoints, unless that key is set)")
+
+
+def check_owner(plan: ResumePlan, current: Mapping[str, Any]) -> None:
+    """A CheckpointError when ``plan`` resumes a checkpoint another run wrote (:func:`owner_problem`)."""
+    problem = owner_problem(plan.state, plan.folder or "", current) if plan.folder is not None else None
+    if problem:
+        raise CheckpointError(f"cannot resume from step {plan.step}: {problem}")
+
+
+def resume_candidate(trainer_cfg: Any) -> Path | None:
+    """Before Ray: the checkpoint folder a start would resume (the tracked one with ``resume_mode=auto``, or
+    ``resume_from_path``) when it is on this machine with an rlhooks.pt; None otherwise (whatever else is
+    wrong with it is the trainer's :func:`plan_resume` to judge)."""
+    root = Path(os.path.abspath(str(trainer_cfg.default_local_dir)))
+    mode = trainer_cfg.get("resume_mode", "auto")
+    folder = None
+    if mode == "resume_path":
+        path = trainer_cfg.get("resume_from_path", None)
+        folder = Path(os.path.abspath(path)) if isinstance(path, str) and step_of(path) is not None else None
+    elif mode == "auto":
+        step, _ = read_tracker(root)
+        folder = root / f"{STEP_PREFIX}{step}" if step is not None else None
+    return folder if folder is not None and (folder / STATE_FILE).is_file() else None
+
+
+def owner_conflict(config: Any, run_name: str, folder: Path) -> str | None:
+    """What :func:`check_owner` will refuse in the trainer, said before Ray: ``folder``
+    (:func:`resume_candidate`) was written by another run than this one."""
+    try:
+        state = read_state(folder)
+    except CheckpointError:
+        return None  # plan_resume names an unreadable seal, with the way out
+    problem = owner_problem(state, folder, owner_of(config, run_name))
+    return None if problem is None else f"this run would resume step {step_of(folder)}: {problem}"
+
+
 def load_with_plan(trainer: Any, load: Callable[[], Any],
                    restore: Callable[[dict[str, Any]], None] | None = None) -> tuple[ResumePlan, Any]:
-    """A trainer's ``_load_checkpoint`` (both trainers): :func:`plan_resume` (a checkpoint that must not be
-    resumed is refused before verl touches it), verl's own loader (``load``: the trainer's
+    """A trainer's ``_load_checkpoint`` (both trainers): :func:`plan_resume` and :func:`check_owner` (a
+    checkpoint that must not be resumed is refused before verl touches it), verl's own loader (``load``: the trainer's
     ``super()._load_checkpoint``, whose rules pick ``plan.folder``), its failure as one :func:`load_error`,
     then the rlhooks components from ``rlhooks.pt``, the trainer's own saved state (``restore(state)``, before
     any plugin hears of the resume) and ``on_load_checkpoint``. Returns the plan and what ``load`` returned.
@@ -635,6 +716,7 @@ def load_with_plan(trainer: Any, load: Callable[[], Any],
     RunManager: ``run_dir``, ``load_state_dict``, ``checkpoint_loaded``)."""
     config = trainer.config
     plan = plan_resume(config, use_critic=trainer.use_critic, metrics_file=trainer.rl.run_dir / METRICS_FILE)
+    check_owner(plan, owner_of(config, Path(trainer.rl.run_dir).name))  # before verl loads another run's files
     try:
         out = load()
     except Exception as exc:

@@ -542,7 +542,8 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
             self.global_steps, workers, self.train_dataloader.state_dict(), self._rlhooks_state()))
 
     def _rlhooks_state(self) -> dict[str, Any]:
-        return {"components": self.rl.state_dict(), "epoch": self._epoch}
+        return {"components": self.rl.state_dict(), "epoch": self._epoch,
+                checkpoints.OWNER_KEY: checkpoints.owner_of(self.config, self.rl.run_dir.name)}  # resumed only by it
 
     def _write_rlhooks_state(self, folder: str) -> None:
         checkpoints.write_state(folder, self._rlhooks_state())  # keeps the seal's list of files

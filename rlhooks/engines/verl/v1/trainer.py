@@ -354,7 +354,8 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
 
     def _rlhooks_state(self) -> dict[str, Any]:
         return {"components": self.rl.state_dict(), "trainer": TRAINER_MODE,
-                "prompts_drawn": self._prompts_drawn, "judged_groups": self.replay_buffer.judged_groups()}
+                "prompts_drawn": self._prompts_drawn, "judged_groups": self.replay_buffer.judged_groups(),
+                checkpoints.OWNER_KEY: checkpoints.owner_of(self.config, self.rl.run_dir.name)}  # resumed only by it
 
     def _write_rlhooks_state(self, folder: str) -> None:
         checkpoints.write_state(folder, self._rlhooks_state())  # keeps the seal's list of files
