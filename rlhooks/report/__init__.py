@@ -216,9 +216,12 @@ HACKING_EVIDENCE = (
 
 
 def hacking_class(hacking: dict[str, Any]) -> str:
-    """CSS class of a verdict: hacking (flagged), clear (not flagged with a task signal), else unknown."""
+    """CSS class of a verdict: hacking (flagged), clear (not flagged with a task signal), else unknown
+    (no task signal, or a run too short to judge)."""
     if hacking.get("detected"):
         return "hacking"
+    if hacking.get("confidence") == "none":
+        return "unknown"
     return "clear" if hacking.get("task_signal") else "unknown"
 
 
