@@ -130,3 +130,23 @@ def test_the_summary_starts_at_the_step_0_validation_and_reads_the_lag(tmp_path)
     assert "  validation accuracy   step 0   step 2" in text and "  add_small              0.250    0.500" in text
     assert ("  staleness: trained trajectories lag 0.75 policy updates on average (max 2); 2 groups evicted as too "
             "stale (max_off_policy_threshold 2)") in text
+
+
+def test_a_relative_run_directory_on_a_joined_ray_cluster_is_left_to_the_taskrunner(tmp_path, monkeypatch, capsys):
+    """Joining a Ray cluster, a relative out_dir names a directory where the TaskRunner's node ran `ray start`:
+    rlhooks train writes nothing of the run where it runs (tests/verl/test_verl_ray_cluster.py checks it on a
+    real cluster) and says so."""
+    from rlhooks.engines.verl.main import run_output
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    with run_output(_cfg(tmp_path), Path("runs") / "x" / "metrics.jsonl", 0):
+        pass
+    assert not (tmp_path / "runs").exists()
+    monkeypatch.delenv("RAY_ADDRESS")
+    with run_output(_cfg(tmp_path), Path("runs") / "x" / "metrics.jsonl", 0):  # Ray started here: the run's files
+        pass
+    assert sorted(p.name for p in (tmp_path / "runs" / "x").iterdir()) == ["config.yaml", "verl.log"]
+    out = capsys.readouterr()
+    assert "rlhooks train: x:" not in out.out  # no metrics.jsonl (no jsonl backend): no summary of nothing
+    assert "add jsonl to rlhooks.backends" in out.err + out.out

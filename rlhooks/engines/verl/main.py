@@ -361,6 +361,14 @@ def run_output(cfg: Any, metrics_file: Path, start: int, *, show_all: bool = Fal
     from rlhooks.engines.verl.output import verl_output
 
     run_dir = metrics_file.parent
+    joined = joined_ray_cluster(cfg)
+    if joined and not run_dir.is_absolute():
+        # the TaskRunner resolves it where its node's `ray start` ran, not here: nothing of the run is here
+        log.warning(f"{BLOCK}.run.out_dir is relative and rlhooks train joins the Ray cluster at {joined}: the run "
+                    f"directory {run_dir} is written where the TaskRunner's node ran `ray start`, so this command "
+                    f"writes no config.yaml, verl.log or summary there and leaves verl's output on the terminal")
+        yield
+        return
     try:
         summary.write_config(cfg, run_dir)
     except OSError as exc:
@@ -374,6 +382,16 @@ def run_output(cfg: Any, metrics_file: Path, start: int, *, show_all: bool = Fal
     finally:
         summary.finish(cfg, metrics_file, start=start, seconds=time.monotonic() - started,
                        trainer=trainer_in_use(cfg), failed=failed)
+
+
+def joined_ray_cluster(cfg: Any) -> str | None:
+    """The address of the Ray cluster ``run_ppo`` joins (``RAY_ADDRESS``, ``ray_kwargs.ray_init.address``);
+    None when it starts its own Ray here."""
+    import os
+
+    from omegaconf import OmegaConf
+
+    return os.environ.get("RAY_ADDRESS") or OmegaConf.select(cfg, "ray_kwargs.ray_init.address", default=None) or None
 
 
 def raised_in_ray(exc: BaseException) -> BaseException:

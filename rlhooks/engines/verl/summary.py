@@ -173,7 +173,7 @@ def format_summary(s: dict[str, Any]) -> str:
     """The lines a person reads at the end of ``rlhooks train`` (``rlhooks simulate``'s layout)."""
     took = f" in {s['seconds']:.0f} s" if s.get("seconds") is not None else ""
     mode = f", trainer mode {s['mode']}" if s.get("mode") else ""
-    status = s.get("status") or "no outcome recorded (no jsonl backend?)"
+    status = s.get("status") or "no outcome recorded (stopped before its end?)"
     lines = [f"rlhooks train: {s['name']}: {status}, {s['steps']} steps{took} ({s['trainer']}{mode})"]
     val = s.get("validation") or {}
     if val:
@@ -241,13 +241,13 @@ def finish(cfg: Any, metrics_file: Path, *, start: int, seconds: float, trainer:
     if failed and summary["status"] is None and not summary["steps_this_command"]:
         return None  # it never trained (a config or resume error before the first step): no summary of it
     if summary["metrics_file"] is None:
-        log.warning(f"no run summary: {metrics_file} does not exist (no jsonl backend, or the run directory is on "
-                    f"another Ray node); summary.json is not written")
-    else:
-        try:
-            write_summary(summary, metrics_file.parent)
-        except OSError as exc:
-            log.warning(f"cannot write {metrics_file.parent / SUMMARY_FILE}: {exc.strerror or exc}")
+        log.warning(f"no run summary: {metrics_file} does not exist (the summary is read from the jsonl backend's "
+                    f"file: add jsonl to rlhooks.backends)")
+        return None
+    try:
+        write_summary(summary, metrics_file.parent)
+    except OSError as exc:
+        log.warning(f"cannot write {metrics_file.parent / SUMMARY_FILE}: {exc.strerror or exc}")
     print(format_summary(summary), flush=True)
     return summary
 
