@@ -137,7 +137,8 @@ CHARTS: tuple[Chart, ...] = (
 MARKER_POINTS = 30
 
 
-def _STEP_TICKS():  # noqa: N802 - a locator class, made on use (matplotlib loads lazily)
+def _step_ticks():
+    """Ticks at whole steps (matplotlib imported on use, as the rest of this module)."""
     from matplotlib.ticker import MaxNLocator
 
     return MaxNLocator(integer=True)
@@ -205,7 +206,7 @@ def render_chart(chart: Chart, runs: list[RunData], out_dir: Path) -> Path | Non
         smoothed = panel.smooth > 1 and not (panel.stacked and not multi)
         ax.set_title(panel.title_for(simulated) + (f" (moving avg {panel.smooth})" if smoothed else ""), fontsize=10)
         ax.set_xlabel("step", fontsize=9)
-        ax.xaxis.set_major_locator(_STEP_TICKS())  # steps are whole: no "1.975" ticks around a lone point
+        ax.xaxis.set_major_locator(_step_ticks())  # steps are whole: no "1.975" ticks around a lone point
         if panel.ylabel:
             ax.set_ylabel(panel.ylabel, fontsize=9)
         ax.grid(alpha=0.3)

@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from rlhooks.core.records import METRICS_FILE, read_records
+from rlhooks.core.records import read_records
 from rlhooks.core.rundir import BOOKKEEPING, write_atomic
 
 log = structlog.get_logger("rlhooks.verl")
