@@ -60,7 +60,7 @@ class LineFilter:
         frames = [f for f in text.split("\r") if f]
         text = frames[-1] if frames else ""  # a progress bar's line: its last frame
         if who in self._table_of:
-            if text in ("{", "}") or text.startswith(('  "', "    ")):  # json.dumps(row, indent=2)
+            if text in ("{", "}") or text.startswith("  "):  # json.dumps(row, indent=2)
                 return text
             self._table_of.discard(who)
         if _CONSOLE.match(text):
