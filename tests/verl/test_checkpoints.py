@@ -308,6 +308,17 @@ def test_training_from_scratch_into_a_run_directory_with_metrics_is_refused(acto
     assert resume(actor, root, tmp_path / "new-run")[1] == 0  # a new run directory: from scratch
 
 
+def test_a_run_stopped_after_its_step_0_validation_starts_again(actor, tmp_path):
+    """Issue 38: verl's validation before training is logged as step 0; a run stopped before step 1 trained
+    nothing, so its rerun from scratch is not refused (and logs the same step 0 again)."""
+    root, run_dir = tmp_path / "ckpt", tmp_path / "run"
+    write_metrics(run_dir, [0])
+    assert resume(actor, root, run_dir)[1] == 0
+    write_metrics(run_dir, [0, 1])
+    with pytest.raises(RLHooksError, match=r"already holds the metrics of an earlier run \(from step 1\)"):
+        resume(actor, root, run_dir)
+
+
 def test_a_save_killed_before_the_first_commit_starts_a_new_run(actor, tmp_path):
     root, run_dir = tmp_path / "ckpt", tmp_path / "run"
     trainer = make_trainer(actor, root, run_dir)

@@ -534,8 +534,10 @@ def _way_out(root: Path, roles: Mapping[str, Sequence[str]], *, exclude: Path | 
 
 
 def _first_metrics_step(metrics_file: Path) -> int | None:
-    """The step of the first metrics record in a run's metrics.jsonl (None: none), read line by line up
-    to it, so a long run's file is not read whole."""
+    """The step of the first metrics record of a trained step (1 or later) in a run's metrics.jsonl (None: none),
+    read line by line up to it, so a long run's file is not read whole. Step 0 is verl's validation before
+    training (val_before_train): a run stopped before its first step trained nothing, and its rerun logs
+    the same step 0 again."""
     if not metrics_file.is_file():
         return None
     with metrics_file.open("rb") as fh:
@@ -546,7 +548,8 @@ def _first_metrics_step(metrics_file: Path) -> int | None:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(record, dict) and record.get("kind") == "metrics" and isinstance(record.get("step"), int):
+            if (isinstance(record, dict) and record.get("kind") == "metrics" and isinstance(record.get("step"), int)
+                    and record["step"] >= 1):
                 return record["step"]
     return None
 

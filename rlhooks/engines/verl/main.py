@@ -23,8 +23,9 @@ The trainer is the one verl's config selects: V1 (``trainer.use_v1=true``, verl'
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -393,14 +394,59 @@ def run_from_args(args: argparse.Namespace) -> int:
         return 0
     metrics_file = run_metrics_file(cfg)
     start = metrics_file.stat().st_size if metrics_file.is_file() else 0
-    try:
-        run(cfg)
-    except Exception as exc:  # noqa: BLE001 - re-raised, unwrapped where Ray wrapped an rlhooks error
-        cause = raised_in_ray(exc)
-        if cause is not exc and isinstance(cause, RLHooksError):
-            raise cause from None  # its one-line message, not Ray's remote traceback
-        raise
+    with run_output(cfg, metrics_file, start, show_all=bool(getattr(args, "verbose", False))):
+        try:
+            run(cfg)
+        except Exception as exc:  # noqa: BLE001 - re-raised, unwrapped where Ray wrapped an rlhooks error
+            cause = raised_in_ray(exc)
+            if cause is not exc and isinstance(cause, RLHooksError):
+                raise cause from None  # its one-line message, not Ray's remote traceback
+            raise
     return exit_code_of(run_outcome(metrics_file, start))
+
+
+@contextlib.contextmanager
+def run_output(cfg: Any, metrics_file: Path, start: int, *, show_all: bool = False) -> Iterator[None]:
+    """What ``rlhooks train`` shows around the run (issue 38): config.yaml in the run directory first; verl's
+    output into its verl.log with rlhooks's lines on the terminal (output.py; ``show_all``: everything);
+    at the end, also after a failure, summary.json and the summary's lines (summary.py)."""
+    import time
+
+    from rlhooks.engines.verl import summary
+    from rlhooks.engines.verl.output import verl_output
+
+    run_dir = metrics_file.parent
+    joined = joined_ray_cluster(cfg)
+    if joined and not run_dir.is_absolute():
+        # the TaskRunner resolves it where its node's `ray start` ran, not here: nothing of the run is here
+        log.warning(f"{BLOCK}.run.out_dir is relative and rlhooks train joins the Ray cluster at {joined}: the run "
+                    f"directory {run_dir} is written where the TaskRunner's node ran `ray start`, so this command "
+                    f"writes no config.yaml, verl.log or summary there and leaves verl's output on the terminal")
+        yield
+        return
+    try:
+        summary.write_config(cfg, run_dir)
+    except OSError as exc:
+        log.warning(f"cannot write {run_dir / summary.CONFIG_FILE}: {exc.strerror or exc}")
+    started = time.monotonic()
+    failed = True
+    try:
+        with verl_output(run_dir / summary.VERL_LOG, show_all=show_all):
+            yield
+        failed = False
+    finally:
+        summary.finish(cfg, metrics_file, start=start, seconds=time.monotonic() - started,
+                       trainer=trainer_in_use(cfg), failed=failed)
+
+
+def joined_ray_cluster(cfg: Any) -> str | None:
+    """The address of the Ray cluster ``run_ppo`` joins (``RAY_ADDRESS``, ``ray_kwargs.ray_init.address``);
+    None when it starts its own Ray here."""
+    import os
+
+    from omegaconf import OmegaConf
+
+    return os.environ.get("RAY_ADDRESS") or OmegaConf.select(cfg, "ray_kwargs.ray_init.address", default=None) or None
 
 
 def raised_in_ray(exc: BaseException) -> BaseException:

@@ -252,6 +252,8 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 returned = self._validation_end(self.global_steps - 1, initial_val)
                 if returned:
                     logger.log(data=returned, step=self.global_steps - 1)
+                if self.global_steps == 1:  # a fresh run: the starting accuracy reaches the backends as step 0
+                    self.rl.log_metrics(0, {**initial_val, **returned})
             while self.global_steps <= self.total_training_steps:
                 step = self.global_steps
                 is_last_step = step >= self.total_training_steps

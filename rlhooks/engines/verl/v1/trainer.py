@@ -11,7 +11,8 @@ unchanged; rlhooks joins at these points of a V1 step::
     verl                   old log-probs, ref, values, advantages, critic/actor update, checkpoint in
                            checkpoints.CheckpointWriter's order (rlhooks.pt seals it, then the tracker)
     on_validate_end        on_validation_end with verl's validation metrics (the initial one as step 0),
-                           what plugins return merged into them
+                           what plugins return merged into them; a fresh run's initial validation goes to
+                           the rlhooks backends as step 0 (log_metrics)
     _compute_metrics       verl's metrics, then on_step_end on the trained batch (read from TransferQueue)
                            -> rlhooks backends and tables; the merged dict is what verl's logger logs;
                            rlhooks.pt rewritten (on_save_checkpoint); a plugin's stop: this step's
@@ -180,10 +181,19 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
             return
         step = self.global_steps
         val.update(self.rl.validation_end(step, val, adapter.validation_per_source(val)))
+        if not self._steps_begun and step == 0:
+            # the initial validation (val_before_train) of a fresh run is no step's: verl logs it to its own
+            # logger only, so the rlhooks backends get it as step 0, the run's starting accuracy (a resumed
+            # run's starting accuracy is in its metrics.jsonl already)
+            self.rl.log_metrics(step, val)
 
     # -- a step --------------------------------------------------------------------------------
+    #: a step has begun: a validation before it is the initial one (val_before_train)
+    _steps_begun = False
+
     def on_step_begin(self):
         super().on_step_begin()
+        self._steps_begun = True
         self._step_metrics = {}
         self._step_counts = {"generated": 0.0, "kept": 0.0, "dispatches": 0.0, "scored": 0.0}
         self._filter_counts: dict[str, float] = {}
