@@ -491,8 +491,10 @@ def fingerprints(trainer: str | None = None, source: SourceTree | None = None) -
         except (LookupError, ImportError, OSError, SyntaxError):
             out[name] = "missing"
     try:
+        if not (source.root / "verl" / "trainer" / "config" / "ppo_trainer.yaml").is_file():
+            raise ImportError("no verl config in this tree")
         out.update(config_defaults(trainer, source))
-    except ImportError:  # no Hydra: every key is missing
+    except ImportError:  # no Hydra, or a tree without verl's config: every key is missing
         keys = CONFIG_DEFAULTS.get(trainer, SHARED_CONFIG_DEFAULTS) if trainer else {k for v in CONFIG_DEFAULTS.values() for k in v}
         out.update({CONFIG_PREFIX + k: "missing" for k in keys})
     return out
