@@ -135,6 +135,9 @@ def build_config(rlhooks_yaml: str | None, args: Sequence[str], *, config_dir: s
         if trainer_in_use(cfg) == "v1":
             select_v1_parts(cfg, verl_args)
             select_v1_rewards(cfg)
+            from rlhooks.engines.verl.v1 import check_v1_settings
+
+            check_v1_settings(cfg)  # verl V1 settings the rlhooks path refuses or carries over
     rlhooks_config(cfg)  # every rlhooks config error now, before Ray and the models start
     return cfg
 

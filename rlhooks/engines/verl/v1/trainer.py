@@ -54,6 +54,7 @@ from rlhooks.engines.verl import adapter, checkpoints, compat
 from rlhooks.engines.verl.config import BLOCK, rlhooks_config
 from rlhooks.engines.verl.v1 import (  # noqa: F401 (ADAPTER_MODULE, adapter_functions: also imported from here)
     ADAPTER_MODULE, BASE_TRAINER_MODE, REPLAY_BUFFER_NAME, REPLAY_BUFFER_PATH, TRAINER_MODE, adapter_functions,
+    check_v1_settings,
 )
 from rlhooks.engines.verl.v1.batches import SCORED_FIELDS, _lengths, _padded, adapter_error_counts, prompt_batch, scored_batch
 from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer
@@ -69,6 +70,7 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
 
     def __init__(self, config: Any, rlhooks_plugins: Iterable[tuple[str, Any]] = ()):
         compat.check_verl(trainer="v1")
+        check_v1_settings(config)  # as rlhooks train does, for a config built another way
         self._rlhooks_plugins = list(rlhooks_plugins)
         self._step_metrics: dict[str, float] = {}
         self._saved_folder: str | None = None
@@ -160,6 +162,7 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         self.replay_buffer.attach(
             self, filters=filters, train_batch_size=self.config.data.train_batch_size, gen_batch_size=gen_batch_size,
             max_inflight_gen_batches=int(groups.get("max_inflight_gen_batches", 1) or 1),
+            sync_refill_failed_groups=bool(self.config.trainer.v1.sampler.get("sync_refill_failed_groups", False)),
         )
 
     def fit(self, agent_loop_manager):
