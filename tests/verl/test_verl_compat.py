@@ -312,13 +312,13 @@ def _verl_members_touched(ours: type) -> tuple[set[str], set[str]]:
                 or (isinstance(n.value, ast.Call) and getattr(n.value.func, "id", "") == "super")):
             names.add(n.attr)
     methods, attributes = set(), set()
+    sources = {c: inspect.getsource(c) for c in verl}
     for name in names:
         owner = next((c for c in verl if name in vars(c)), None)
         if owner is not None and name not in ("__doc__", "__module__", "__qualname__"):
             methods.add(f"{owner.__module__}:{owner.__qualname__}.{name}")
             continue
-        setter = next((c for c in verl if re.search(rf"self\.{re.escape(name)}\s*(:[^=\n]*)?=[^=]",
-                                                     inspect.getsource(c))), None)
+        setter = next((c for c in verl if re.search(rf"self\.{re.escape(name)}\s*(:[^=\n]*)?=[^=]", sources[c])), None)
         if setter is not None:
             attributes.add(f"{setter.__qualname__}.{name}")
     return methods, attributes
