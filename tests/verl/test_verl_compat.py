@@ -199,7 +199,8 @@ def test_a_comment_docstring_or_formatting_change_does_not_count_a_code_change_d
         '"""Run the PPO training loop', '"""Reworded docstring. Run the PPO training loop', 1))
     assert cosmetic.module("verl.trainer.ppo.v1.trainer_base") is not None
     assert compat.fingerprint_of(cosmetic.node(_FIT)) == installed
-    changed = _tree_with(tmp_path / "b", lambda text: text.replace("self.global_steps += 1", "self.global_steps += 2", 1))
+    changed = _tree_with(tmp_path / "b", lambda text: text.replace("self.global_steps += 1",
+                                                                    "self.global_steps += 2", 1))
     assert compat.fingerprint_of(changed.node(_FIT)) != installed
 
 
@@ -267,7 +268,7 @@ _IMPORTED_NOT_FINGERPRINTED = {
                                                           "TaskRunnerV1.run is fingerprinted",
     "verl.trainer.main_ppo:TaskRunnerV1.__ray_metadata__.modified_class": "as above",
     "verl.utils:tensordict_utils": "a module: the functions used are fingerprinted",
-    "verl.trainer.ppo.v1:trainer_base": "a module: _tq_supports_checkpoint, read from it with getattr, is fingerprinted",
+    "verl.trainer.ppo.v1:trainer_base": "a module: _tq_supports_checkpoint (read with getattr) is fingerprinted",
 }
 
 
@@ -347,8 +348,9 @@ def test_every_verl_member_the_v1_classes_touch_is_fingerprinted_async_included(
     assert not unmapped, f"map these to the member that sets them in compat.ATTRIBUTES: {sorted(unmapped)}"
     for attribute, member in compat.ATTRIBUTES.items():
         assert member in relied, member
-        sets = {t.attr for n in ast.walk(source.node(member)) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))
-                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Attribute)}
+        assigns = [n for n in ast.walk(source.node(member)) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))]
+        sets = {t.attr for n in assigns for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                if isinstance(t, ast.Attribute)}
         assert attribute.split(".")[1] in sets, f"{member} no longer sets {attribute}"
     # what issue 39 found uncovered
     for name in ("verl.trainer.ppo.v1.trainer_separate_async:PPOTrainerSeparateAsync",

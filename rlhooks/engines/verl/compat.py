@@ -1,24 +1,27 @@
 """Which verl the shim runs on: the fingerprints of the verl code and config defaults it relies on decide,
 not the version.
 
-rlhooks runs on verl's V1 trainer (subclassing ``PPOTrainerSync`` and verl's ``ReplayBuffer``, overriding
-a few of their members) and on its legacy trainer (restating ``RayPPOTrainer.fit()``); both call verl's
-workers, metric functions and ``DataProto``, and read verl's config defaults (e.g. what
+rlhooks runs on verl's V1 trainer (subclassing ``PPOTrainerSync``, the async trainers and verl's replay
+buffers, overriding a few of their members) and on its legacy trainer (restating ``RayPPOTrainer.fit()``);
+both call verl's workers, metric functions and ``DataProto``, and read verl's config defaults (e.g. what
 ``algorithm.filter_groups.metric`` means when unset). A verl release can break that without an API
-change, and a release with a new number can leave all of it untouched. :func:`check_verl` hashes the
-source of each member the trainer in use relies on (:data:`SHARED_RELIED_ON` plus :data:`V1_RELIED_ON`
-or :data:`LEGACY_RELIED_ON`), reads verl's defaults of :data:`CONFIG_DEFAULTS`, and compares both with
-what was recorded per reviewed verl version in ``verl_fingerprints.json``. ``rlhooks train`` checks once
-the config says which trainer runs (``--dry-run`` too), and each trainer's constructor checks its own:
+change, and a release with a new number can leave all of it untouched. :func:`check_verl` fingerprints
+each member the trainer in use relies on (:data:`SHARED_RELIED_ON` plus :data:`V1_RELIED_ON` or
+:data:`LEGACY_RELIED_ON`): a hash of its code read from verl's source with :mod:`ast` (:class:`SourceTree`;
+comments, docstrings and formatting do not count), reads verl's defaults of :data:`CONFIG_DEFAULTS`, and
+compares both with what was recorded per reviewed verl in ``verl_fingerprints.json`` (0.9.1, and verl's
+main at a reviewed commit). ``rlhooks train`` checks once the config says which trainer runs (``--dry-run``
+too), and each trainer's constructor checks its own:
 
-* they match a reviewed version: the run goes on (with a notice when the version is outside the
-  tested range :data:`TESTED`, e.g. verl's main, whose code the shim relies on is 0.9.1's);
-* they differ from every reviewed version: one error naming the changed members, unless the user
-  opts in with ``RLHOOKS_ALLOW_UNSUPPORTED_VERL=1`` (then a warning).
+* they match a reviewed verl: the run goes on (with a notice when the version is outside the tested
+  range :data:`TESTED`, e.g. verl's main);
+* they differ from every reviewed verl: one error naming the changed members, unless the user opts in
+  with ``RLHOOKS_ALLOW_UNSUPPORTED_VERL=1`` (then a warning).
 
-Only the trainer in use is checked, so a verl without the legacy trainer runs V1. After reviewing a new
-verl (and porting its changes into the shim), record its fingerprints with
-``python -m rlhooks.engines.verl.compat --record``. This module imports nothing from verl at import time.
+Only the trainer in use is checked, so a verl without the legacy trainer runs V1.
+``python -m rlhooks.engines.verl.compat [--verl-source PATH]`` says what differs, by member, for the installed
+verl or any verl tree; after reviewing a new verl (and porting its changes into the shim), ``--record``
+records its fingerprints. This module imports nothing from verl, ever: it reads verl's files.
 """
 
 from __future__ import annotations
@@ -458,7 +461,7 @@ def _config_defaults(trainer: str | None, root: str) -> tuple[tuple[str, str], .
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    keys = sorted(set(CONFIG_DEFAULTS.get(trainer, SHARED_CONFIG_DEFAULTS)) if trainer else {k for v in CONFIG_DEFAULTS.values() for k in v})
+    keys = sorted(_config_keys(trainer))
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(str(Path(root, "verl", "trainer", "config")), version_base=None):
@@ -471,6 +474,11 @@ def _config_defaults(trainer: str | None, root: str) -> tuple[tuple[str, str], .
         value = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
         out[CONFIG_PREFIX + key] = "missing" if value == "<missing>" else json.dumps(value, sort_keys=True)
     return tuple(out.items())
+
+
+def _config_keys(trainer: str | None) -> set[str]:
+    return set(CONFIG_DEFAULTS.get(trainer, SHARED_CONFIG_DEFAULTS)) if trainer else {
+        k for keys in CONFIG_DEFAULTS.values() for k in keys}
 
 
 def _node(source: SourceTree, name: str) -> ast.AST:
@@ -495,8 +503,7 @@ def fingerprints(trainer: str | None = None, source: SourceTree | None = None) -
             raise ImportError("no verl config in this tree")
         out.update(config_defaults(trainer, source))
     except ImportError:  # no Hydra, or a tree without verl's config: every key is missing
-        keys = CONFIG_DEFAULTS.get(trainer, SHARED_CONFIG_DEFAULTS) if trainer else {k for v in CONFIG_DEFAULTS.values() for k in v}
-        out.update({CONFIG_PREFIX + k: "missing" for k in keys})
+        out.update({CONFIG_PREFIX + k: "missing" for k in _config_keys(trainer)})
     return out
 
 
@@ -571,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         FINGERPRINT_FILE.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
         print(f"recorded the fingerprints of verl {args.label or version} in {FINGERPRINT_FILE.name}")
         return 0
-    hint = f"{RECORD_COMMAND} --verl-source {args.verl_source} --label VERSION+COMMIT" if args.verl_source else RECORD_COMMAND
+    hint = RECORD_COMMAND + (f" --verl-source {args.verl_source} --label VERSION+COMMIT" if args.verl_source else "")
     code, lines = report(now, label, hint)
     print("\n".join(lines))
     return code
