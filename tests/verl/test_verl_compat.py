@@ -262,36 +262,40 @@ def _imported_verl_names(path: Path) -> set[str]:
 
 #: verl names rlhooks imports that are not verl code it relies on beyond what is fingerprinted
 _IMPORTED_NOT_FINGERPRINTED = {
-    "verl:DataProto": "a class: the methods used are fingerprinted (verl.protocol:DataProto.*)",
+    "verl.protocol:DataProto": "a class: the methods used are fingerprinted (verl.protocol:DataProto.*)",
     "verl.trainer.ppo.utils:Role.Critic": "a member of the fingerprinted enum Role",
     "verl.trainer.main_ppo:TaskRunnerV1.__ray_metadata__": "Ray's (pinned with Ray): the class verl decorated; "
                                                           "TaskRunnerV1.run is fingerprinted",
     "verl.trainer.main_ppo:TaskRunnerV1.__ray_metadata__.modified_class": "as above",
-    "verl.utils:tensordict_utils": "a module: the functions used are fingerprinted",
-    "verl.trainer.ppo.v1:trainer_base": "a module: _tq_supports_checkpoint (read with getattr) is fingerprinted",
 }
 
 
+def _as_member(name: str, source) -> str | None:
+    """``module:sub.rest`` where ``module.sub`` is a module -> ``module.sub:rest``; None for a module itself."""
+    module, _, dotted = name.partition(":")
+    while dotted and source.module(f"{module}.{dotted.split('.')[0]}") is not None:
+        head, _, dotted = dotted.partition(".")
+        module = f"{module}.{head}"
+    return f"{module}:{dotted}" if dotted else None
+
+
 def test_every_verl_name_the_v1_path_imports_is_fingerprinted():
-    """Every verl function, class member or constant the V1 path, main.py and the CPU learner import (legacy/
-    has its own test) is fingerprinted: a class counts when it or the members used are."""
-    relied = set(compat.RELIED_ON)
+    """Every verl function, class member or constant the V1 path and main.py import (legacy/ has its own test)
+    is fingerprinted (a class counts when it or the members used are), and every private verl name the CPU
+    learner imports or edits (its registries, the current platform)."""
+    relied, source = set(compat.RELIED_ON), compat.SourceTree.installed()
     uncovered = {}
     for path in sorted(SHIM.rglob("*.py")):
         if "legacy" in path.parts:
             continue
-        for name in _imported_verl_names(path):
-            name = name.replace("verl:DataProto", "verl.protocol:DataProto")  # verl re-exports it
-            module, _, dotted = name.partition(":")
-            if name in relied or name in _IMPORTED_NOT_FINGERPRINTED:
-                continue
-            if module == "verl.utils" and dotted.startswith("tensordict_utils."):  # the module, imported as tu
-                if f"verl.utils.tensordict_utils:{dotted.split('.', 1)[1]}" in relied:
-                    continue
+        for imported in _imported_verl_names(path):
+            name = _as_member(imported.replace("verl:DataProto", "verl.protocol:DataProto"), source)  # re-exported
+            if name is None or name in relied or name in _IMPORTED_NOT_FINGERPRINTED:
+                continue  # a module, or fingerprinted
             if any(q.startswith(name + ".") for q in relied) or any(name.startswith(q + ".") for q in relied):
                 continue  # a class whose used members are fingerprinted, or a member of a fingerprinted class
-            if path.parent.name == "cpu":  # the CPU learner: what it edits or overrides (CPU_LEARNER_RELIED_ON)
-                continue
+            if path.parent.name == "cpu" and not any(part.startswith("_") for part in name.split(":")[1].split(".")):
+                continue  # the CPU learner: its private edits (CPU_LEARNER_RELIED_ON); its own tests check the rest
             uncovered.setdefault(name, []).append(path.name)
     assert not uncovered, f"fingerprint these in compat (or say why not in _IMPORTED_NOT_FINGERPRINTED): {uncovered}"
 
@@ -301,6 +305,7 @@ def _verl_members_touched(ours: type) -> tuple[set[str], set[str]]:
     it reads or sets, as ``Class.attr`` of the verl class that sets them)."""
     import ast
     import inspect
+    import sys
     import textwrap
 
     verl = [c for c in ours.__mro__ if c.__module__.startswith("verl.")]
@@ -313,6 +318,13 @@ def _verl_members_touched(ours: type) -> tuple[set[str], set[str]]:
                 or (isinstance(n.value, ast.Call) and getattr(n.value.func, "id", "") == "super")):
             names.add(n.attr)
     methods, attributes = set(), set()
+    namespace = vars(sys.modules[ours.__module__])
+    for n in node.body:  # re-binds: ``on_init_end = PPOTrainerSeparateAsync.on_init_end``
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute) and isinstance(n.value.value, ast.Name):
+            cls = namespace.get(n.value.value.id)
+            owner = next((c for c in getattr(cls, "__mro__", ()) if n.value.attr in vars(c)), None)
+            if owner is not None and owner.__module__.startswith("verl."):
+                methods.add(f"{owner.__module__}:{owner.__qualname__}.{n.value.attr}")
     sources = {c: inspect.getsource(c) for c in verl}
     for name in names:
         owner = next((c for c in verl if name in vars(c)), None)
