@@ -410,6 +410,21 @@ def test_a_checkpoint_another_run_wrote_is_refused_naming_both(actor, tmp_path, 
     resumed, step = resume(actor, root, tmp_path / "first")
     assert step == 2 and weights_step(actor) == 2 and resumed.rl.loaded == {"sampler": {"value": 2}}
 
+@pytest.mark.parametrize("trainer_kind", ["v1"], indirect=True)  # V1 only
+def test_v1_saves_with_verls_checkpoint_callback_and_without_one_as_on_verl_main(actor, tmp_path):
+    """verl 0.9.1's V1 trainer has a checkpoint callback (called with the folder after the save); verl main's
+    has none (issue 39: the first save raised AttributeError there): the save completes and resumes."""
+    root, run_dir = tmp_path / "ckpt", tmp_path / "run"
+    trainer = make_trainer(actor, root, run_dir)
+    calls = []
+    trainer.checkpoint_callback.on_save = lambda **kw: calls.append(kw)
+    save(trainer, 1)
+    assert calls == [{"trainer": trainer, "global_step": 1, "checkpoint_dir": str(root / "global_step_1"),
+                      "async_save": False}]
+    del trainer.checkpoint_callback  # verl main's PPOTrainer.__init__ builds none
+    save(trainer, 2)
+    assert resume(actor, root, run_dir)[1] == 2
+
 
 @pytest.mark.parametrize("trainer_kind", ["v1"], indirect=True)  # V1 only: the legacy trainer has no replay buffer
 def test_v1_resumes_its_prompt_count_and_the_verdicts_on_groups_still_buffered(actor, tmp_path):

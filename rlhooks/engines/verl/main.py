@@ -144,6 +144,9 @@ def build_config(rlhooks_yaml: str | None, args: Sequence[str], *, config_dir: s
                 from rlhooks.engines.verl.cpu.runner import select_separate_async_settings
 
                 select_separate_async_settings(cfg, _chosen_keys(verl_args))
+            from rlhooks.engines.verl.v1 import check_v1_settings
+
+            check_v1_settings(cfg)  # verl V1 settings the rlhooks path refuses or carries over
     run = rlhooks_config(cfg).run  # every rlhooks config error now, before Ray and the models start
     with open_dict(cfg):
         select_checkpoint_dir(cfg, verl_args, run)

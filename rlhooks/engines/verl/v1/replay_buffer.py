@@ -92,16 +92,20 @@ class RLHooksReplayBuffer(ReplayBuffer):
         self._last_snapshot: tuple = ()
 
     def attach(self, trainer: Any, *, filters: bool, train_batch_size: int, gen_batch_size: int,
-               max_inflight_gen_batches: int) -> None:
+               max_inflight_gen_batches: int, sync_refill_failed_groups: bool = False) -> None:
         """Connect the rlhooks trainer. With rlhooks filters, verl's eviction-and-refill path is switched on
-        with the sizes verl's own buffer gets for ``algorithm.filter_groups`` (which verl passes only to its
-        built-in buffer)."""
+        with the sizes verl's own buffer gets for ``algorithm.filter_groups``; with
+        ``trainer.v1.sampler.sync_refill_failed_groups`` failed groups are refilled, as in verl's buffer (verl
+        passes both only to its built-in buffer, not to a custom sampler)."""
         self.trainer = trainer
-        if filters:
-            self.filter_groups_metric = RLHOOKS_FILTERS
+        self.sync_refill_failed_groups = bool(sync_refill_failed_groups)
+        if filters or self.sync_refill_failed_groups:
             self.train_batch_size = int(train_batch_size)
             self.gen_batch_size = int(gen_batch_size)
+        if filters:
+            self.filter_groups_metric = RLHOOKS_FILTERS
             self.max_inflight_gen_batches = int(max_inflight_gen_batches)
+        if filters or self.sync_refill_failed_groups:
             self._validate_mode_config()
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int):

@@ -55,6 +55,7 @@ from rlhooks.engines.verl import adapter, checkpoints, compat
 from rlhooks.engines.verl.config import BLOCK, rlhooks_config
 from rlhooks.engines.verl.v1 import (  # noqa: F401 (ADAPTER_MODULE, adapter_functions: also imported from here)
     ADAPTER_MODULE, BASE_TRAINER_MODE, REPLAY_BUFFER_NAME, REPLAY_BUFFER_PATH, TRAINER_MODE, adapter_functions,
+    check_v1_settings,
 )
 from rlhooks.engines.verl.v1.batches import SCORED_FIELDS, _lengths, _padded, adapter_error_counts, prompt_batch, scored_batch
 from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer
@@ -70,6 +71,7 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
 
     def __init__(self, config: Any, rlhooks_plugins: Iterable[tuple[str, Any]] = ()):
         compat.check_verl(trainer="v1")
+        check_v1_settings(config)  # as rlhooks train does, for a config built another way
         self._rlhooks_plugins = list(rlhooks_plugins)
         self._step_metrics: dict[str, float] = {}
         self._saved_folder: str | None = None
@@ -161,6 +163,7 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         self.replay_buffer.attach(
             self, filters=filters, train_batch_size=self.config.data.train_batch_size, gen_batch_size=gen_batch_size,
             max_inflight_gen_batches=int(groups.get("max_inflight_gen_batches", 1) or 1),
+            sync_refill_failed_groups=bool(self.config.trainer.v1.sampler.get("sync_refill_failed_groups", False)),
         )
 
     def fit(self, agent_loop_manager):
@@ -352,7 +355,7 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         workers = {"actor": self.actor_rollout_wg, **({str(Role.Critic): self.critic_wg} if self.use_critic else {})}
         step = self.global_steps
         before_seal = None
-        if self.trainer_mode != "sync":  # as verl: in-flight prompts survive a restart
+        if tq_checkpoint_wanted(self.trainer_mode):  # as verl: in-flight prompts survive a restart
             def before_seal(folder):
                 tq.save_checkpoint(os.path.join(folder, "transfer_queue"), metadata={"global_steps": step})
         # data.pt holds the dataloader state, the sampler's included; rlhooks.pt is written before on_step_end
@@ -360,7 +363,9 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         folder = self._checkpoint_writer.save(step, workers, self.train_dataloader.state_dict(),
                                               self._rlhooks_state(), before_seal=before_seal)
         self._saved_folder = str(folder)
-        self.checkpoint_callback.on_save(trainer=self, global_step=step, checkpoint_dir=str(folder), async_save=False)
+        callback = getattr(self, "checkpoint_callback", None)  # verl 0.9.1 builds one in __init__, verl main none
+        if callback is not None:
+            callback.on_save(trainer=self, global_step=step, checkpoint_dir=str(folder), async_save=False)
 
     def _rlhooks_state(self) -> dict[str, Any]:
         return {"components": self.rl.state_dict(), "trainer": TRAINER_MODE,
@@ -395,6 +400,17 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         return batch
 
 
+def tq_checkpoint_wanted(trainer_mode: str) -> bool:
+    """Whether a checkpoint holds TransferQueue's state, as verl's ``_save_checkpoint`` decides: its async modes;
+    verl main only where TransferQueue can save it (``_tq_supports_checkpoint``), 0.9.1 (no such gate) always."""
+    if trainer_mode == "sync":
+        return False
+    from verl.trainer.ppo.v1 import trainer_base
+
+    supported = getattr(trainer_base, "_tq_supports_checkpoint", None)
+    return supported is None or bool(supported())
+
+
 def prompt_uid(n: int) -> str:
     """The uid of the run's n-th drawn prompt: UUID-shaped, like verl's, and sorting as ``n`` does."""
     return str(uuid.UUID(int=n))
@@ -421,4 +437,4 @@ class _PromptSource:
         return tu.concat_tensordict([p.exclude("global_steps") if "global_steps" in p.keys() else p for p in payloads])
 
 
-__all__ = ["RLHooksPPOTrainerSync", "adapter_functions", "prompt_uid"]
+__all__ = ["RLHooksPPOTrainerSync", "adapter_functions", "prompt_uid", "tq_checkpoint_wanted"]
