@@ -345,21 +345,26 @@ def disk_full(exc: BaseException) -> bool:
     return False
 
 
-def dead_actor(exc: BaseException) -> BaseException | None:
-    """The Ray ``RayActorError`` (an actor process died) in ``exc``'s chain, if any."""
+def dead_actor(exc: BaseException) -> str | None:
+    """The message of the Ray ``ActorDiedError`` (an actor process died) in ``exc``'s chain, if any. Ray cannot
+    pickle that error (its death context) when the TaskRunner raises it: the driver then gets a ``RayError``
+    holding its traceback as text, which names it."""
     try:
         from ray.exceptions import RayActorError
     except ImportError:
         return None
     for e in _chain(exc):
         if isinstance(e, RayActorError):
-            return e
+            return str(e)
+    for e in _chain(exc):
+        text = str(e)
+        if "ActorDiedError" in text and "class_name:" in text:
+            return text[text.rindex("ActorDiedError"):]
     return None
 
 
-def _actor_text(err: BaseException) -> str:
-    """``CPURolloutServer (pid 123 on 10.0.0.1)`` from a Ray actor error's message."""
-    text = str(err)
+def _actor_text(text: str) -> str:
+    """``CPURolloutServer (pid 123, on 10.0.0.1)`` from a Ray actor error's message."""
     fields = {k: v.strip() for k, v in re.findall(r"^\s*(class_name|pid|ip|name):\s*(\S.*)$", text, re.M)}
     what = fields.get("class_name") or fields.get("name") or "a Ray actor"
     where = ", ".join(x for x in (f"pid {fields['pid']}" if "pid" in fields else "",
@@ -430,7 +435,7 @@ def explain_failure(exc: BaseException, cfg: Any) -> RunFailure | None:
                           f"rlhooks.run.out_dir elsewhere) first")
     dead = dead_actor(exc)
     if dead is not None:
-        detail = next((line.strip() for line in str(dead).splitlines()
+        detail = next((line.strip() for line in dead.splitlines()
                        if "exit detail" in line.lower() or "worker process has died" in line.lower()), "")
         detail = " ".join(detail.split())[:300]
         return RunFailure(f"a Ray process of the run died: {_actor_text(dead)}" + (f": {detail}" if detail else "")

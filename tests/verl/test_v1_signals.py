@@ -1,0 +1,80 @@
+"""SIGTERM and SIGINT to a real ``rlhooks train`` process on verl's V1 trainer (issue 37, items 4 and 5).
+
+The run's outcome is recorded in the Ray TaskRunner, which Ray kills once the driver exits: the driver forwards
+the signal to it (engines/verl/driver.py). The promise is the simulator's (tests/reliability/test_signals.py):
+exit 143 (130 for SIGINT), one line, the run recorded ``interrupted``, the tracker on a complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verl.trainer.ppo.v1", reason="needs verl[verl-core]")
+pytest.importorskip("transformers")
+
+from rlhooks.engines.verl import checkpoints  # noqa: E402
+
+pytestmark = pytest.mark.verl
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "configs" / "verl_cpu_tiny.yaml"
+
+
+def _tracked(ckpt: Path) -> int | None:
+    return checkpoints.read_tracker(ckpt)[0]
+
+
+def _signal_after_a_checkpoint(tmp_path: Path, train: tuple[str, ...], sig: signal.Signals, after_step: int,
+                               log: str) -> tuple[int, str, int]:
+    """Start ``rlhooks train``, send ``sig`` once the tracker names a step past ``after_step``; returns the exit
+    code, stderr and the tracked step at the signal. Output goes to files: verl's logs would fill a pipe."""
+    ckpt = tmp_path / "runs" / "verl-cpu-tiny" / "checkpoints"
+    out, err = tmp_path / f"{log}.out", tmp_path / f"{log}.err"
+    with out.open("w") as fo, err.open("w") as fe:
+        proc = subprocess.Popen([sys.executable, "-m", *train], cwd=tmp_path, stdout=fo, stderr=fe)
+        try:
+            deadline = time.monotonic() + 900
+            while (_tracked(ckpt) or 0) <= after_step:
+                assert proc.poll() is None, err.read_text()[-3000:]
+                assert time.monotonic() < deadline, "no checkpoint within 900 s"
+                time.sleep(0.5)
+            at = _tracked(ckpt)
+            proc.send_signal(sig)
+            code = proc.wait(timeout=120)  # the driver's bound is 25 s (driver.STOP_GRACE_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    return code, err.read_text(), at
+
+
+@pytest.mark.slow  # two `rlhooks train` processes on the CPU learner, V1 sync: measured in docs/DEVELOPMENT.md (issue 37)
+def test_sigterm_then_sigint_end_a_v1_run_interrupted_on_a_complete_checkpoint(tmp_path):
+    assert subprocess.run([sys.executable, "-m", "rlhooks.engines.verl.cpu", "prepare", "runs/tiny"], cwd=tmp_path,
+                          capture_output=True).returncode == 0
+    train = ("rlhooks.cli", "train", "--config", str(EXAMPLE), "trainer.test_freq=-1", "trainer.save_freq=1",
+             "trainer.total_training_steps=40", "trainer.max_actor_ckpt_to_keep=2")
+    run_dir = tmp_path / "runs" / "verl-cpu-tiny"
+    ckpt = run_dir / "checkpoints"
+    roles = {"actor": checkpoints.DEFAULT_CONTENTS}
+    at_signal = 0
+    for sig, code, log in ((signal.SIGTERM, 143, "term"), (signal.SIGINT, 130, "int")):  # the 2nd resumes
+        rc, err, at_signal = _signal_after_a_checkpoint(tmp_path, train, sig, at_signal, log)
+        assert rc == code, err[-3000:]
+        assert "Traceback" not in err and "SIGABRT" not in err and "*** " not in err, err[-3000:]
+        assert err.rstrip().splitlines()[-1] == f"rlhooks: interrupted by {sig.name}; the run ended with status 'interrupted'"
+        records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        ends = [r for r in records if r["kind"] == "run_end"]
+        assert records[-1]["kind"] == "run_end" and ends[-1]["status"] == "interrupted", ends
+        assert "note" not in ends[-1]  # the trainer recorded it (not the driver's fallback after its bound)
+        tracked = _tracked(ckpt)
+        assert tracked is not None and tracked >= at_signal
+        assert checkpoints.inspect_checkpoint(ckpt / f"global_step_{tracked}", roles).complete
+        assert not (run_dir / ".rlhooks.stop").exists()
+    starts = [r for r in records if r["kind"] == "run_start"]
+    assert len(starts) == 2 and len(ends) == 2  # the SIGINT run resumed into the same file
