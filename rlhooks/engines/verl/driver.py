@@ -169,9 +169,25 @@ class DriverSession:
             raise interrupt.Interrupted(self.forwarded) from None
         self._restore()
         if self.forwarded is not None:
-            self.record_interrupted("the trainer ended without recording the run's end")
+            status = self.trainer_status()  # what the TaskRunner recorded (also without a jsonl backend)
+            if status is None:
+                self.record_interrupted("the trainer ended without recording the run's end")
+            else:
+                interrupt.note_outcome(status)
             raise interrupt.Interrupted(self.forwarded)
         return out
+
+    def trainer_status(self) -> str | None:
+        """The outcome the TaskRunner's run returned (``in_task_runner``); None when unknown."""
+        if self.ref is None:
+            return None
+        import ray
+
+        try:
+            status = ray.get(self.ref, timeout=10)
+        except Exception:  # noqa: BLE001 - it failed or is gone: the records decide
+            return None
+        return status if isinstance(status, str) else None
 
     def stop_trainer(self) -> None:
         """Kill the TaskRunner (its run cannot record anything after this process did)."""
