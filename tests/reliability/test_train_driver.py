@@ -162,6 +162,7 @@ def test_the_driver_forwards_a_signal_and_records_the_end_when_the_trainer_canno
     assert interrupt.outcome_recorded["status"] == "interrupted"
     assert "SIGTERM: the trainer is ending the run as interrupted" in capfd.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is not session._on_signal  # handlers restored
+    assert signal.getsignal(signal.SIGALRM) is not session._on_grace_expired
 
 
 def test_the_driver_keeps_the_trainers_own_record(tmp_path):

@@ -125,7 +125,7 @@ class DriverSession:
             self.request_stop(signum)
             os.write(2, f"rlhooks: {name}: the trainer is ending the run as interrupted (waiting up to "
                         f"{self.grace_s:g} s; a second signal stops at once)\n".encode())
-            signal.signal(signal.SIGALRM, self._on_grace_expired)
+            self._previous.setdefault(signal.SIGALRM, signal.signal(signal.SIGALRM, self._on_grace_expired))
             signal.setitimer(signal.ITIMER_REAL, self.grace_s)
             return
         os.write(2, f"\nrlhooks: second {name}: exiting now; the trainer's Ray processes are stopped with this "
