@@ -195,7 +195,7 @@ class RunManager:
                 (self.filters if comp.kind == "filter" else self.prompt_filters).append((rec, obj))
         for name, obj in extra_plugins:
             self._register_object(name, "plugin", name, "engine", obj, "warn", configured=False)
-        self.rewards = RewardPipeline.from_components(reward_fns)
+        self.rewards = RewardPipeline.from_components(reward_fns, timeout_s=config.run.reward_timeout_s)
         self._check_pending()
 
     # -- building -----------------------------------------------------------------------

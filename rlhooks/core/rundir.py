@@ -256,6 +256,8 @@ class RunDirLock:
                 return
             del _held[key]
             fh, _, created_file, created_dirs = held
+            if fh is None:  # adopted (adopt_lock): the flock is its holder's to release
+                return
             try:
                 if discard and created_file and _names(self.run_dir / LOCK_FILE, fh):
                     os.unlink(self.run_dir / LOCK_FILE)  # while still locked (see _lock_file's inode check)
@@ -893,6 +895,40 @@ def refuse_run_links(path: str | Path) -> None:
             refuse_link(p, parent)
 
 
+def lock_holder(run_dir: str | Path) -> dict[str, Any]:
+    """The record of the process holding ``run_dir``'s lock as this process holds it (its pid, host, start);
+    empty when this process does not hold it."""
+    key = os.path.realpath(run_dir)
+    with _held_lock:
+        held = _held.get(key)
+        return _read_holder(held[0]) if held is not None and held[0] is not None else {}
+
+
+def adopt_lock(run_dir: str | Path, holder: dict[str, Any], command: str = "rlhooks") -> RunDirLock:
+    """In a process another one started for its run (``rlhooks train``'s Ray TaskRunner): hold ``run_dir``'s
+    lock on behalf of ``holder`` (``lock_holder`` in that process), which keeps the flock. Accepted only when
+    the lock file is locked and names that holder; a free lock (its holder is gone) is taken as ``acquire``
+    takes it, and one another run holds is refused (RunDirInUse) as ever. Release it like any lock."""
+    lock = RunDirLock(run_dir, command)
+    try:
+        return lock.acquire()
+    except RunDirInUse:
+        try:
+            fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            raise RunDirInUse(f"run directory {run_dir} is locked and its lock file cannot be read") from None
+        with os.fdopen(fd, encoding="utf-8") as fh:
+            info = _read_holder(fh)
+        if not holder or any(info.get(k) != holder.get(k) for k in ("pid", "host", "started")):
+            raise
+    key = os.path.realpath(run_dir)
+    with _held_lock:
+        held = _held.setdefault(key, [None, 0, False, []])
+        held[1] += 1
+    lock._key = key
+    return lock
+
+
 @contextlib.contextmanager
 def locked(run_dir: str | Path, command: str = "rlhooks") -> Iterator[RunDirLock]:
     """``with locked(run_dir):`` hold the run directory's lock for the block."""
@@ -908,6 +944,6 @@ def locked(run_dir: str | Path, command: str = "rlhooks") -> Iterator[RunDirLock
 __all__ = [
     "RunDirError", "RunDirInUse", "RunDirLock", "RunDirectory", "check_run_name", "check_path_text", "claim",
     "claim_output", "open_output", "open_atomic", "refuse_link", "refuse_run_links", "safe_run_name", "write_atomic",
-    "locked",
+    "locked", "adopt_lock", "lock_holder",
     "LOCK_FILE", "MARKER_FILE",
 ]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -258,6 +258,11 @@ def adapter_reward_kwargs(config: Any) -> dict[str, Any]:
     options = {c.name: dict(c.raw) for c in fns if c.raw}
     if options:
         kwargs["options"] = options
+    from rlhooks.core.config.schema import DEFAULT_REWARD_TIMEOUT_S
+
+    timeout = rlhooks_config(config).run.reward_timeout_s
+    if timeout != DEFAULT_REWARD_TIMEOUT_S:  # the adapter's default is the config's
+        kwargs["timeout_s"] = float(timeout)
     return kwargs
 
 
@@ -355,8 +360,15 @@ def cpu_learner(cfg: Any) -> bool:
     return True
 
 
-def run(cfg: Any) -> None:
-    """verl's main_ppo for a composed config, with the rlhooks TaskRunner (or the CPU learner)."""
+def run(cfg: Any, session: Any = None) -> None:
+    """verl's main_ppo for a composed config, with the rlhooks TaskRunner (or the CPU learner). ``session``: the
+    driver's part of a run on a Ray TaskRunner (driver.DriverSession: signals forwarded to the TaskRunner)."""
+    def wrap(cls: Any) -> Any:
+        return session.runner_class(cls) if session is not None else cls
+
+    def call(fn: Callable[[], Any]) -> Any:
+        return session.run(fn) if session is not None else fn()
+
     if cpu_learner(cfg):
         from rlhooks.engines.verl.cpu import runner
 
@@ -365,8 +377,8 @@ def run(cfg: Any) -> None:
             from rlhooks.engines.verl.v1.runner import RLHooksTaskRunnerV1
 
             forward_rlhooks_env(cfg)
-            runner.run(cfg, RLHooksTaskRunnerV1)
-        else:
+            call(lambda: runner.run(cfg, wrap(RLHooksTaskRunnerV1)))
+        else:  # in this process: signals reach the trainer directly
             runner.run(cfg)
         return
     from verl.trainer.main_ppo import run_ppo
@@ -377,7 +389,7 @@ def run(cfg: Any) -> None:
         from rlhooks.engines.verl.v1.runner import RLHooksTaskRunnerV1 as task_runner
     else:  # imported only here: a verl without the legacy trainer runs V1
         from rlhooks.engines.verl.legacy.runner import RLHooksTaskRunner as task_runner
-    run_ppo(cfg, task_runner_class=task_runner)
+    call(lambda: run_ppo(cfg, task_runner_class=wrap(task_runner)))
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -395,17 +407,25 @@ def run_from_args(args: argparse.Namespace) -> int:
         print("# rlhooks (resolved)")
         print(rlhooks_config(cfg).to_yaml())
         return 0
-    metrics_file = run_metrics_file(cfg)
-    start = metrics_file.stat().st_size if metrics_file.is_file() else 0
-    with run_output(cfg, metrics_file, start, show_all=bool(getattr(args, "verbose", False))):
-        try:
-            run(cfg)
-        except Exception as exc:  # noqa: BLE001 - re-raised, unwrapped where Ray wrapped an rlhooks error
-            cause = raised_in_ray(exc)
-            if cause is not exc and isinstance(cause, RLHooksError):
-                raise cause from None  # its one-line message, not Ray's remote traceback
-            raise
-    return exit_code_of(run_outcome(metrics_file, start))
+    from rlhooks.engines.verl import driver
+
+    # the run's lock before Ray starts and before anything reads its checkpoint: a second run of this name is
+    # refused now, not after start-up; the TaskRunner adopts it (driver.in_task_runner)
+    with driver.locked(cfg):
+        metrics_file = run_metrics_file(cfg)
+        start = metrics_file.stat().st_size if metrics_file.is_file() else 0
+        with run_output(cfg, metrics_file, start, show_all=bool(getattr(args, "verbose", False))):
+            try:
+                run(cfg, driver.DriverSession(cfg, metrics_start=start))
+            except Exception as exc:  # noqa: BLE001 - re-raised, unwrapped where Ray wrapped an rlhooks error
+                cause = raised_in_ray(exc)
+                if cause is not exc and isinstance(cause, RLHooksError):
+                    raise cause from None  # its one-line message, not Ray's remote traceback
+                failure = driver.explain_failure(exc, cfg)  # a full disk, a dead Ray process: one line
+                if failure is not None:
+                    raise failure from None
+                raise
+        return exit_code_of(run_outcome(metrics_file, start))
 
 
 @contextlib.contextmanager

@@ -46,12 +46,13 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.dataset.rl_dataset import collate_fn
 
 from rlhooks.core import batch as cols
+from rlhooks.core import interrupt
 from rlhooks.core.batch import Batch
 from rlhooks.core.data import declared_columns
 from rlhooks.core.driver import StepDriver
 from rlhooks.core.errors import ConfigError, ConfigIssue
 from rlhooks.core.manager import RunManager, merge_metrics
-from rlhooks.engines.verl import adapter, checkpoints, compat
+from rlhooks.engines.verl import adapter, checkpoints, compat, driver
 from rlhooks.engines.verl.config import BLOCK, rlhooks_config
 from rlhooks.engines.verl.v1 import (  # noqa: F401 (ADAPTER_MODULE, adapter_functions: also imported from here)
     ADAPTER_MODULE, BASE_TRAINER_MODE, REPLAY_BUFFER_NAME, REPLAY_BUFFER_PATH, TRAINER_MODE, adapter_functions,
@@ -359,9 +360,12 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
             def before_seal(folder):
                 tq.save_checkpoint(os.path.join(folder, "transfer_queue"), metadata={"global_steps": step})
         # data.pt holds the dataloader state, the sampler's included; rlhooks.pt is written before on_step_end
-        # and _compute_metrics rewrites it once the step's hooks ran; this one covers a crash between
-        folder = self._checkpoint_writer.save(step, workers, self.train_dataloader.state_dict(),
-                                              self._rlhooks_state(), before_seal=before_seal)
+        # and _compute_metrics rewrites it once the step's hooks ran; this one covers a crash between.
+        # A signal during the save ends the run once the checkpoint is whole (rlhooks train waits for it,
+        # within driver.STOP_GRACE_S); a full disk is one error naming the folder and what is resumable.
+        with interrupt.deferred("this checkpoint is saved"), driver.save_failure(self.config, step):
+            folder = self._checkpoint_writer.save(step, workers, self.train_dataloader.state_dict(),
+                                                  self._rlhooks_state(), before_seal=before_seal)
         self._saved_folder = str(folder)
         callback = getattr(self, "checkpoint_callback", None)  # verl 0.9.1 builds one in __init__, verl main none
         if callback is not None:
