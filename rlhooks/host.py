@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from rlhooks.core.components import instantiate, is_reward_function, options_class
 from rlhooks.core.config import ComponentConfig, Config, RunOptions, load_config
+from rlhooks.core.config.schema import DEFAULT_REWARD_TIMEOUT_S
 from rlhooks.core.driver import GroupAccumulator, Rollout, StepDriver
 from rlhooks.core.hookspecs import hookspec
 from rlhooks.core.manager import RunManager
 from rlhooks.core.registry import Registry
+from rlhooks.core.rewards import RewardTimeout, call_bounded, timeout_message
 from rlhooks.core.run import RunContext
 
 __all__ = [
     "Config", "ComponentConfig", "RunOptions", "load_config", "RunManager", "StepDriver", "Rollout",
     "GroupAccumulator", "Registry", "RunContext", "hookspec", "instantiate", "is_reward_function",
-    "options_class",
+    "options_class", "DEFAULT_REWARD_TIMEOUT_S", "RewardTimeout", "call_bounded", "timeout_message",
 ]

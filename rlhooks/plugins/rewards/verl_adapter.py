@@ -40,8 +40,7 @@ from typing import Any
 
 import structlog
 
-from rlhooks.core.config.schema import DEFAULT_REWARD_TIMEOUT_S
-from rlhooks.core.rewards import RewardTimeout, call_bounded, timeout_message
+from rlhooks.host import DEFAULT_REWARD_TIMEOUT_S, RewardTimeout, call_bounded, timeout_message
 from rlhooks.plugins.rewards.functions import BUILTIN_FUNCTIONS, check_answer
 
 log = structlog.get_logger("rlhooks.rewards.verl")
