@@ -32,9 +32,40 @@ from rlhooks.core import batch as cols
 from rlhooks.core.batch import Batch
 from rlhooks.engines.verl.adapter import ROW_KEY, _decoder, _dict_field, _extra_column
 
-#: the fields read from TransferQueue for a scored group (all written by V1's agent loop, or the dataset)
+#: the fields a scored group's columns come from (all written by V1's agent loop, or the dataset); which of
+#: them are read is :func:`scored_fields`' choice
 SCORED_FIELDS = ("uid", "data_source", ROW_KEY, "rm_scores", "extra_fields", "prompts", "responses",
                  "reward_model", "extra_info")
+#: Batch column -> the TransferQueue field it comes from; any other column name (a reward extra such as
+#: ``acc``, ``reward_fn/<name>``, ``@extras``, ``policy_version``) comes from ``extra_fields``
+COLUMN_FIELDS = {cols.INDEX: ROW_KEY, cols.DATA_SOURCE: "data_source", cols.REWARD: "rm_scores",
+                 cols.TARGET: "reward_model", cols.COMPLEXITY: "extra_info", cols.PROMPT: "prompts",
+                 cols.PROMPT_LENGTH: "prompts", cols.RESPONSE: "responses", cols.RESPONSE_LENGTH: "responses"}
+#: columns that come from the keys, or only at step end / from the engine: no field at judging time
+NO_FIELD_COLUMNS = frozenset({cols.UID, cols.SAMPLE_ID, cols.ADVANTAGE, cols.FINAL_REWARD, cols.POLICY_LAG})
+#: token-id fields: never read whole; each text column reads them for the rows a plugin reads (lazily), the
+#: length columns come from TransferQueue's tags (``prompt_len`` / ``response_len``)
+TEXT_FIELDS = ("prompts", "responses")
+#: how a lazy column reads fields of some keys from TransferQueue: ``fetch(fields, keys) -> TensorDict``
+Fetch = Callable[[list[str], list[str]], Any]
+
+
+def scored_fields(columns: frozenset[str] | None, present: set[str], *, reward_in_extras: bool = False) -> list[str]:
+    """The fields read up front for scored groups whose plugins read ``columns`` (None: every column).
+
+    Always ``extra_fields`` (reward extras: the adapter's error counts, policy_version; small) and the reward's
+    field: ``rm_scores`` (4 bytes a response token), or nothing more where ``reward_in_extras`` (verl's naive
+    reward manager stores the score in the extras too: :func:`scored_batch`). Never the token ids
+    (:data:`TEXT_FIELDS`)."""
+    if columns is None:
+        wanted = set(SCORED_FIELDS)
+    else:
+        wanted = {COLUMN_FIELDS.get(c, "extra_fields") for c in columns if c not in NO_FIELD_COLUMNS}
+    wanted |= {"extra_fields", "rm_scores"}
+    if reward_in_extras:
+        wanted.discard("rm_scores")
+    wanted -= {"uid", *TEXT_FIELDS}  # uid: from the key
+    return [f for f in SCORED_FIELDS if f in wanted and f in present]
 #: reward extras of the rlhooks reward adapter that are not a function's score
 ADAPTER_EXTRAS = ("acc", "reward_errors")
 #: the adapter's per-function error flag: ``reward_errors/<function>`` (1.0 when it raised or was not finite)
@@ -79,9 +110,89 @@ def _padded(nested: torch.Tensor, padding: float = 0.0) -> torch.Tensor:
     return nested.to_padded_tensor(padding) if nested.is_nested else nested
 
 
-def scored_batch(data: Any, keys: Sequence[str], tokenizer: Any = None, adapter_functions: Sequence[str] = ()) -> Batch:
-    """One row per trajectory of finished groups, as read from TransferQueue (``data``: the TensorDict of
-    :data:`SCORED_FIELDS` for ``keys``, rows in ``keys`` order)."""
+def _token_sums(values: Any) -> np.ndarray:
+    return _padded(values).float().sum(-1).cpu().numpy().astype(np.float64)
+
+
+def _score_from_extras(infos: list[dict]) -> np.ndarray | None:
+    """The reward verl's naive reward manager put in ``rm_scores``: its ``score`` extra (a compute_score that
+    returns a dict) or ``acc`` (one that returns a float), rounded to float32 as ``rm_scores`` holds it (one
+    non-zero token: the sums are equal bit for bit). None when a row has neither."""
+    scores = [info.get("score", info.get("acc")) for info in infos]
+    if any(s is None or isinstance(s, (str, bytes, dict, list)) for s in scores):
+        return None
+    return np.asarray(scores, dtype=np.float32).astype(np.float64)
+
+
+def _tag_lengths(tags: Sequence[dict] | None, name: str) -> np.ndarray | None:
+    if not tags or not all(isinstance(t, dict) and name in t for t in tags):
+        return None
+    return np.fromiter((t[name] for t in tags), np.int64, len(tags))
+
+
+def _fetched_text(fetch: Fetch, keys: Sequence[str], field: str, tokenizer: Any) -> cols.RowLazy:
+    """A text column that reads the token ids of only the rows a plugin reads it for."""
+    key_array = np.asarray(keys, dtype=object)
+
+    def text(sel: np.ndarray | None) -> np.ndarray:
+        if tokenizer is None:
+            raise cols.BatchError("text columns need the run's tokenizer, which this batch was built without")
+        wanted = key_array if sel is None else key_array[sel]
+        if not len(wanted):
+            return np.zeros(0, dtype=object)
+        ids = fetch([field], wanted.tolist()).get(field)
+        lengths = _lengths(ids)
+        padded = _padded(ids, 0)
+        mask = torch.arange(padded.shape[-1]).unsqueeze(0) < torch.as_tensor(lengths).unsqueeze(1)
+        return _decoder(tokenizer, padded, mask.long()).fn(None)
+
+    return cols.RowLazy(text)
+
+
+def _fetched_lengths(fetch: Fetch, keys: Sequence[str], field: str) -> cols.RowLazy:
+    key_array = np.asarray(keys, dtype=object)
+
+    def lengths(sel: np.ndarray | None) -> np.ndarray:
+        wanted = key_array if sel is None else key_array[sel]
+        return _lengths(fetch([field], wanted.tolist()).get(field)) if len(wanted) else np.zeros(0, np.int64)
+
+    return cols.RowLazy(lengths)
+
+
+def fetched_sums(fetch: Fetch, keys: Sequence[str], field: str) -> cols.RowLazy:
+    """A per-token field summed over each row (``final_reward`` from ``token_level_rewards``), read for the
+    rows a plugin reads it for."""
+    key_array = np.asarray(keys, dtype=object)
+
+    def sums(sel: np.ndarray | None) -> np.ndarray:
+        wanted = key_array if sel is None else key_array[sel]
+        return _token_sums(fetch([field], wanted.tolist()).get(field)) if len(wanted) else np.zeros(0)
+
+    return cols.RowLazy(sums)
+
+
+def fetched_means(fetch: Fetch, keys: Sequence[str], field: str) -> cols.RowLazy:
+    """A per-token field averaged over each row's valid tokens (``advantage``), read for the rows read."""
+    key_array = np.asarray(keys, dtype=object)
+
+    def means(sel: np.ndarray | None) -> np.ndarray:
+        wanted = key_array if sel is None else key_array[sel]
+        if not len(wanted):
+            return np.zeros(0)
+        values = fetch([field], wanted.tolist()).get(field)
+        return _token_sums(values) / np.maximum(_lengths(values), 1)
+
+    return cols.RowLazy(means)
+
+
+def scored_batch(data: Any, keys: Sequence[str], tokenizer: Any = None, adapter_functions: Sequence[str] = (), *,
+                 fetch: Fetch | None = None, tags: Sequence[dict] | None = None) -> Batch:
+    """One row per trajectory of finished groups, as read from TransferQueue (``data``: a TensorDict of
+    some of :data:`SCORED_FIELDS` for ``keys``, rows in ``keys`` order; :func:`scored_fields` chooses them).
+
+    With ``fetch``, what ``data`` lacks is read when a plugin reads it, for the rows it reads: the text
+    columns, and ``reward`` from ``rm_scores`` when ``data`` has neither it nor a score extra. ``tags``
+    (TransferQueue's, in ``keys`` order) give the length columns without reading the token ids."""
     present = set(data.keys())
     uid, sample_id = sessions(keys)
     n = len(keys)
@@ -90,13 +201,17 @@ def scored_batch(data: Any, keys: Sequence[str], tokenizer: Any = None, adapter_
                            else np.full(n, -1, dtype=np.int64))
     if "data_source" in present:
         columns[cols.DATA_SOURCE] = objects(data.get("data_source"))
-    rm = _padded(data.get("rm_scores"))
-    columns[cols.REWARD] = rm.float().sum(-1).cpu().numpy().astype(np.float64)
+    if "rm_scores" in present:
+        columns[cols.REWARD] = _token_sums(data.get("rm_scores"))
     lazy: dict[str, Callable[[], np.ndarray]] = {}
     extra_keys: list[str] = []
     if "extra_fields" in present:
         fields = objects(data.get("extra_fields"))
         infos = [((f or {}).get("reward_extra_info") or {}) if isinstance(f, dict) else {} for f in fields]
+        if cols.REWARD not in columns:
+            score = _score_from_extras(infos)
+            if score is not None:
+                columns[cols.REWARD] = score
         extra_keys = sorted({k for info in infos for k in info})
         for k in extra_keys:
             values = np.asarray([info.get(k, np.nan) for info in infos], dtype=object)
@@ -107,6 +222,20 @@ def scored_batch(data: Any, keys: Sequence[str], tokenizer: Any = None, adapter_
         versions = [f.get("min_global_steps") if isinstance(f, dict) else None for f in fields]
         if all(v is not None for v in versions):
             columns[cols.POLICY_VERSION] = np.asarray(versions, dtype=np.int64)
+    if cols.REWARD not in columns:
+        if fetch is None:
+            raise cols.BatchError("scored groups need rm_scores or a score extra: neither was read")
+        columns[cols.REWARD] = _token_sums(fetch(["rm_scores"], list(keys)).get("rm_scores"))
+    for name, tag in ((cols.RESPONSE_LENGTH, "response_len"), (cols.PROMPT_LENGTH, "prompt_len")):
+        known = _tag_lengths(tags, tag)
+        if known is not None:
+            lazy[name] = (lambda v=known: v)
+    if fetch is not None:
+        for field, text, length in (("responses", cols.RESPONSE, cols.RESPONSE_LENGTH),
+                                    ("prompts", cols.PROMPT, cols.PROMPT_LENGTH)):
+            if field not in present:
+                lazy[text] = _fetched_text(fetch, keys, field, tokenizer)
+                lazy.setdefault(length, _fetched_lengths(fetch, keys, field))
     if "responses" in present:
         responses = data.get("responses")
         lengths = _lengths(responses)
