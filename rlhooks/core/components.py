@@ -151,14 +151,16 @@ SCORED_BATCH_HOOKS = ("on_rewards_computed", "on_step_end")
 
 
 def batch_columns(component: Any) -> frozenset[str] | None:
-    """The columns of scored batches a component reads, or None for every column.
+    """The columns of scored batches a component reads for every row, or None for every column.
 
     A component (class or instance) may declare them in ``batch_columns``: column names such as
     ``reward``, ``data_source``, a reward extra (``acc``), ``reward_fn/*`` or ``@extras`` (every reward
     extra). Undeclared: a filter or a component with a batch-taking ``on_rewards_computed`` /
     ``on_step_end`` gets every column (what every component got before the declaration existed);
     one that takes no scored batch (a logging backend) reads none. An engine that reads its batches from
-    a store (verl V1: TransferQueue) reads the union once, at start.
+    a store (verl V1: TransferQueue) reads the union up front, decided once at start; a column read for a
+    few rows only (a sample table's shown columns, after ``batch.select``) need not be declared: any
+    other column is still there, read from the store when a plugin reads it, for the rows it reads.
     """
     names = getattr(component, "batch_columns", None)
     if names is not None:

@@ -136,11 +136,10 @@ class _SampleTable(abc.ABC):
 
     @property
     def batch_columns(self) -> tuple[str, ...]:
-        """The columns it reads (an engine reading from a store reads only what its plugins declare); text
-        columns are read only for the rows it shows, on the steps it logs (lazy columns)."""
-        shown = self.options.columns if self.options.columns is not None else DEFAULT_COLUMNS
-        extra = (getattr(self.options, "key", None), getattr(self, "group_column", None), rlhooks.SAMPLE_ID)
-        return tuple(dict.fromkeys([*shown, *(c for c in extra if c)]))
+        """The columns it reads for every row (to rank them); the columns it shows are read for the rows it
+        shows (``batch.select`` first), on the steps it logs."""
+        ranked = (getattr(self.options, "key", None), getattr(self, "group_column", None), rlhooks.SAMPLE_ID)
+        return tuple(dict.fromkeys(c for c in ranked if c))
 
     # subclasses: the sort key of each row and how many top/bottom rows to keep
     def _keys(self, step: int, batch: Batch) -> np.ndarray:

@@ -22,7 +22,7 @@ complexity         ``extra_info["complexity_score"]``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,20 +43,20 @@ COLUMN_FIELDS = {cols.INDEX: ROW_KEY, cols.DATA_SOURCE: "data_source", cols.REWA
                  cols.PROMPT_LENGTH: "prompts", cols.RESPONSE: "responses", cols.RESPONSE_LENGTH: "responses"}
 #: columns that come from the keys, or only at step end / from the engine: no field at judging time
 NO_FIELD_COLUMNS = frozenset({cols.UID, cols.SAMPLE_ID, cols.ADVANTAGE, cols.FINAL_REWARD, cols.POLICY_LAG})
-#: token-id fields: never read whole; each text column reads them for the rows a plugin reads (lazily), the
-#: length columns come from TransferQueue's tags (``prompt_len`` / ``response_len``)
-TEXT_FIELDS = ("prompts", "responses")
+#: fields never read up front: a column from them (text, target, complexity) is read for the rows a plugin
+#: reads (a table's few rows); the length columns come from TransferQueue's tags (``prompt_len``, ``response_len``)
+ROW_FIELDS = ("prompts", "responses", "reward_model", "extra_info")
 #: how a lazy column reads fields of some keys from TransferQueue: ``fetch(fields, keys) -> TensorDict``
 Fetch = Callable[[list[str], list[str]], Any]
 
 
 def scored_fields(columns: frozenset[str] | None, present: set[str], *, reward_in_extras: bool = False) -> list[str]:
-    """The fields read up front for scored groups whose plugins read ``columns`` (None: every column).
+    """The fields read up front (one read) for scored groups whose plugins read ``columns`` for every row
+    (None: every column); :func:`scored_batch` reads any other column when a plugin reads it, for its rows.
 
     Always ``extra_fields`` (reward extras: the adapter's error counts, policy_version; small) and the reward's
     field: ``rm_scores`` (4 bytes a response token), or nothing more where ``reward_in_extras`` (verl's naive
-    reward manager stores the score in the extras too: :func:`scored_batch`). Never the token ids
-    (:data:`TEXT_FIELDS`)."""
+    reward manager stores the score in the extras too: :func:`scored_batch`). Never :data:`ROW_FIELDS`."""
     if columns is None:
         wanted = set(SCORED_FIELDS)
     else:
@@ -64,7 +64,7 @@ def scored_fields(columns: frozenset[str] | None, present: set[str], *, reward_i
     wanted |= {"extra_fields", "rm_scores"}
     if reward_in_extras:
         wanted.discard("rm_scores")
-    wanted -= {"uid", *TEXT_FIELDS}  # uid: from the key
+    wanted -= {"uid", *ROW_FIELDS}  # uid: from the key
     return [f for f in SCORED_FIELDS if f in wanted and f in present]
 #: reward extras of the rlhooks reward adapter that are not a function's score
 ADAPTER_EXTRAS = ("acc", "reward_errors")
@@ -130,68 +130,45 @@ def _tag_lengths(tags: Sequence[dict] | None, name: str) -> np.ndarray | None:
     return np.fromiter((t[name] for t in tags), np.int64, len(tags))
 
 
-def _fetched_text(fetch: Fetch, keys: Sequence[str], field: str, tokenizer: Any) -> cols.RowLazy:
-    """A text column that reads the token ids of only the rows a plugin reads it for."""
+def fetched(fetch: Fetch, keys: Sequence[str], field: str, convert: Callable[[Any], np.ndarray]) -> cols.RowLazy:
+    """A column read from TransferQueue when a plugin reads it, for the rows it reads: ``convert`` turns the
+    field's values of those rows into the column."""
     key_array = np.asarray(keys, dtype=object)
 
-    def text(sel: np.ndarray | None) -> np.ndarray:
-        if tokenizer is None:
-            raise cols.BatchError("text columns need the run's tokenizer, which this batch was built without")
+    def read(sel: np.ndarray | None) -> np.ndarray:
         wanted = key_array if sel is None else key_array[sel]
         if not len(wanted):
             return np.zeros(0, dtype=object)
-        ids = fetch([field], wanted.tolist()).get(field)
-        lengths = _lengths(ids)
-        padded = _padded(ids, 0)
+        return convert(fetch([field], wanted.tolist()).get(field))
+
+    return cols.RowLazy(read)
+
+
+def _text(tokenizer: Any) -> Callable[[Any], np.ndarray]:
+    def decode(ids: Any) -> np.ndarray:
+        if tokenizer is None:
+            raise cols.BatchError("text columns need the run's tokenizer, which this batch was built without")
+        lengths, padded = _lengths(ids), _padded(ids, 0)
         mask = torch.arange(padded.shape[-1]).unsqueeze(0) < torch.as_tensor(lengths).unsqueeze(1)
         return _decoder(tokenizer, padded, mask.long()).fn(None)
 
-    return cols.RowLazy(text)
+    return decode
 
 
-def _fetched_lengths(fetch: Fetch, keys: Sequence[str], field: str) -> cols.RowLazy:
-    key_array = np.asarray(keys, dtype=object)
-
-    def lengths(sel: np.ndarray | None) -> np.ndarray:
-        wanted = key_array if sel is None else key_array[sel]
-        return _lengths(fetch([field], wanted.tolist()).get(field)) if len(wanted) else np.zeros(0, np.int64)
-
-    return cols.RowLazy(lengths)
-
-
-def fetched_sums(fetch: Fetch, keys: Sequence[str], field: str) -> cols.RowLazy:
-    """A per-token field summed over each row (``final_reward`` from ``token_level_rewards``), read for the
-    rows a plugin reads it for."""
-    key_array = np.asarray(keys, dtype=object)
-
-    def sums(sel: np.ndarray | None) -> np.ndarray:
-        wanted = key_array if sel is None else key_array[sel]
-        return _token_sums(fetch([field], wanted.tolist()).get(field)) if len(wanted) else np.zeros(0)
-
-    return cols.RowLazy(sums)
-
-
-def fetched_means(fetch: Fetch, keys: Sequence[str], field: str) -> cols.RowLazy:
-    """A per-token field averaged over each row's valid tokens (``advantage``), read for the rows read."""
-    key_array = np.asarray(keys, dtype=object)
-
-    def means(sel: np.ndarray | None) -> np.ndarray:
-        wanted = key_array if sel is None else key_array[sel]
-        if not len(wanted):
-            return np.zeros(0)
-        values = fetch([field], wanted.tolist()).get(field)
-        return _token_sums(values) / np.maximum(_lengths(values), 1)
-
-    return cols.RowLazy(means)
+def token_means(values: Any) -> np.ndarray:
+    """A per-token field averaged over each row's valid tokens (the jagged row's length): ``advantage``."""
+    return _token_sums(values) / np.maximum(_lengths(values), 1)
 
 
 def scored_batch(data: Any, keys: Sequence[str], tokenizer: Any = None, adapter_functions: Sequence[str] = (), *,
-                 fetch: Fetch | None = None, tags: Sequence[dict] | None = None) -> Batch:
+                 fetch: Fetch | None = None, stored: Collection[str] = SCORED_FIELDS,
+                 tags: Sequence[dict] | None = None) -> Batch:
     """One row per trajectory of finished groups, as read from TransferQueue (``data``: a TensorDict of
     some of :data:`SCORED_FIELDS` for ``keys``, rows in ``keys`` order; :func:`scored_fields` chooses them).
 
-    With ``fetch``, what ``data`` lacks is read when a plugin reads it, for the rows it reads: the text
-    columns, and ``reward`` from ``rm_scores`` when ``data`` has neither it nor a score extra. ``tags``
+    With ``fetch``, the columns of fields ``stored`` in TransferQueue that ``data`` lacks are read when a
+    plugin reads them, for the rows it reads (RowLazy), and ``reward`` from ``rm_scores`` when ``data`` has
+    neither it nor a score extra. ``tags``
     (TransferQueue's, in ``keys`` order) give the length columns without reading the token ids."""
     present = set(data.keys())
     uid, sample_id = sessions(keys)
@@ -230,12 +207,22 @@ def scored_batch(data: Any, keys: Sequence[str], tokenizer: Any = None, adapter_
         known = _tag_lengths(tags, tag)
         if known is not None:
             lazy[name] = (lambda v=known: v)
-    if fetch is not None:
-        for field, text, length in (("responses", cols.RESPONSE, cols.RESPONSE_LENGTH),
-                                    ("prompts", cols.PROMPT, cols.PROMPT_LENGTH)):
-            if field not in present:
-                lazy[text] = _fetched_text(fetch, keys, field, tokenizer)
-                lazy.setdefault(length, _fetched_lengths(fetch, keys, field))
+    later = [f for f in stored if f not in present] if fetch is not None else []
+    for field in later:  # not read up front: read when a plugin reads it, for its rows
+        if field in ("responses", "prompts"):
+            text, length = (cols.RESPONSE, cols.RESPONSE_LENGTH) if field == "responses" else (cols.PROMPT, cols.PROMPT_LENGTH)
+            lazy[text] = fetched(fetch, keys, field, _text(tokenizer))
+            lazy.setdefault(length, fetched(fetch, keys, field, _lengths))
+        elif field == ROW_KEY:
+            columns.pop(cols.INDEX)
+            lazy[cols.INDEX] = fetched(fetch, keys, ROW_KEY, lambda v: objects(v).astype(np.int64))
+        elif field == "data_source":
+            lazy[cols.DATA_SOURCE] = fetched(fetch, keys, field, objects)
+        elif field == "reward_model":
+            lazy[cols.TARGET] = fetched(fetch, keys, field, lambda v: _dict_field(objects(v), "ground_truth", None)())
+        elif field == "extra_info":
+            lazy[cols.COMPLEXITY] = fetched(fetch, keys, field,
+                                            lambda v: _dict_field(objects(v), "complexity_score", np.nan, np.float64)())
     if "responses" in present:
         responses = data.get("responses")
         lengths = _lengths(responses)

@@ -159,11 +159,7 @@ class RLHooksReplayBuffer(ReplayBuffer):
         out: dict[str, float | None] = {uid: None for uid in uids}
         if not keys:
             return out
-        fields = self._present_fields(partition_id, keys[0])
-        data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=fields)
-        tags = self.partitions[partition_id]
-        batch = scored_batch(data, keys, self.trainer.tokenizer, self.trainer.adapter_functions,
-                             fetch=self.fetcher(partition_id), tags=[tags.get(k) for k in keys])
+        batch = self.scored(partition_id, keys)
         keep = self.trainer.groups_scored(batch)
         # V1 evicts whole groups: a group is dropped when a filter drops any of its rows (rlhooks filters
         # keep or drop whole groups)
@@ -174,13 +170,22 @@ class RLHooksReplayBuffer(ReplayBuffer):
         out.update(zip(names[dropped].tolist(), mean[dropped].tolist()))
         return out
 
+    def scored(self, partition_id: str, keys: list[str]):
+        """The trajectories ``keys`` as a Batch: the fields the plugins read for every row read now, in one
+        read (``_present_fields``), the others when a plugin reads them, for its rows; lengths from the tags."""
+        fields = self._present_fields(partition_id, keys[0])
+        data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=fields)
+        tags = self.partitions[partition_id]
+        return scored_batch(data, keys, self.trainer.tokenizer, self.trainer.adapter_functions, fetch=self.fetcher(partition_id),
+                            stored=self._stored_fields, tags=[tags.get(k) for k in keys])
+
     def _present_fields(self, partition_id: str, key: str) -> list[str]:
         """The fields read up front to judge groups, decided once: of those TransferQueue holds for a
         trajectory (the dataset decides some, e.g. extra_info; probed once with one trajectory), those the
         run's plugins read (``batches.scored_fields``)."""
         fields = getattr(self, "_fields_cache", None)
         if fields is None:
-            present = set(tq.kv_batch_get(keys=[key], partition_id=partition_id).keys())
+            present = self._stored_fields = set(tq.kv_batch_get(keys=[key], partition_id=partition_id).keys())
             fields = self._fields_cache = scored_fields(self.trainer.scored_columns, present,
                                                         reward_in_extras=self.trainer.reward_in_extras)
         return fields

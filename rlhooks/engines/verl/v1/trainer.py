@@ -56,7 +56,7 @@ from rlhooks.engines.verl.v1 import (  # noqa: F401 (ADAPTER_MODULE, adapter_fun
     ADAPTER_MODULE, BASE_TRAINER_MODE, REPLAY_BUFFER_NAME, REPLAY_BUFFER_PATH, TRAINER_MODE, adapter_functions,
 )
 from rlhooks.engines.verl.v1.batches import (
-    adapter_error_counts, fetched_means, fetched_sums, prompt_batch, scored_batch, scored_fields,
+    _token_sums, adapter_error_counts, fetched, prompt_batch, scored_batch, scored_fields, token_means,
 )
 from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer
 
@@ -334,13 +334,13 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         data = tq.kv_batch_get(keys=keys, partition_id=partition,
                                select_fields=scored_fields(self.scored_columns, present, reward_in_extras=self.reward_in_extras))
         fetch = self.replay_buffer.fetcher(partition)
-        trained = scored_batch(data, keys, self.tokenizer, self.adapter_functions, fetch=fetch, tags=tags)
+        trained = scored_batch(data, keys, self.tokenizer, self.adapter_functions, fetch=fetch, stored=present, tags=tags)
         # the per-token fields (4 bytes a token each) are read when a plugin reads their column, for its rows
         lazy = {}
         if "advantages" in present:  # mean over the response (its valid tokens: the jagged row's length)
-            lazy[cols.ADVANTAGE] = fetched_means(fetch, keys, "advantages")
-        lazy[cols.FINAL_REWARD] = fetched_sums(fetch, keys, "token_level_rewards" if "token_level_rewards" in present
-                                               else "rm_scores")
+            lazy[cols.ADVANTAGE] = fetched(fetch, keys, "advantages", token_means)
+        lazy[cols.FINAL_REWARD] = fetched(fetch, keys, "token_level_rewards" if "token_level_rewards" in present
+                                          else "rm_scores", _token_sums)
         return trained.with_columns(_lazy=lazy)
 
     # -- checkpoints: verl's files, rlhooks's save order and resume rules (checkpoints.py) ----------
