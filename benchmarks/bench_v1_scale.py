@@ -226,7 +226,21 @@ def trained_batch_before(trainer: Any, meta: Any) -> Any:
     return trained.with_columns(**columns)
 
 
-def child(sizes: list[tuple[int, int]], repeat: int, out: Path) -> None:
+def profiled(fn: Any, reset: Any, top: int = 18) -> str:
+    """Where one call's time goes: cProfile's top functions by own time."""
+    import cProfile
+    import io
+    import pstats
+
+    reset()
+    prof = cProfile.Profile()
+    prof.runcall(fn)
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+    return text.getvalue()
+
+
+def child(sizes: list[tuple[int, int]], repeat: int, out: Path, profile: bool = False) -> None:
     import ray
 
     tmp = Path(tempfile.mkdtemp(prefix="rlhb", dir="/tmp"))  # short: Ray's socket paths have a length limit
@@ -278,6 +292,10 @@ def child(sizes: list[tuple[int, int]], repeat: int, out: Path) -> None:
                     return lambda: trainer.driver.finish_step(STEP, build(meta), {"timing_s/step": 1.0})
 
                 row["rlhooks_end"] = measure(step_end(trainer._trained_batch), counter, lambda: None, repeat)
+                if profile:
+                    row["profile"] = {"verl": profiled(lambda: verl._dapo_filtered_keys("train"), judged(verl)),
+                                      "rlhooks": profiled(lambda: ours._dapo_filtered_keys("train"), judged(ours)),
+                                      "rlhooks_end": profiled(step_end(trainer._trained_batch), lambda: None)}
                 if count * tokens <= BEFORE_MAX_TOKENS:
                     present = [f for f in SCORED_FIELDS if f in set(tq.kv_batch_get(keys=keys[:1], partition_id="train").keys())]
                     ours._fields_cache = present  # every field up front, as before
@@ -291,22 +309,27 @@ def child(sizes: list[tuple[int, int]], repeat: int, out: Path) -> None:
     finally:
         tq.close()
         ray.shutdown()
-    out.write_text(json.dumps({"rows": rows, "start_s": started, "cpus": os.cpu_count()}, indent=1))
+    out.write_text(json.dumps({"rows": rows, "start_s": started, "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
+                               "load_average_end": os.getloadavg()[0]}, indent=1))
 
 
 # -- the parent: run the child, report -------------------------------------------------------------------
-def measure_all(quick: bool, sizes: list[tuple[int, int]] | None = None) -> dict[str, Any]:
+def measure_all(quick: bool, sizes: list[tuple[int, int]] | None = None, profile: bool = False) -> dict[str, Any]:
     sizes = sizes or list(QUICK if quick else SIZES)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "v1_scale.json"
         cmd = [sys.executable, "-m", "benchmarks.bench_v1_scale", "--child", json.dumps(sizes),
-               "--repeat", str(1 if quick else 3), "--out", str(out)]
+               "--repeat", str(1 if quick else 3), "--out", str(out), *(["--profile"] if profile else [])]
         # a Ray of its own: its own token (Ray reads it at import: set for the child), no usage statistics
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH_")}
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16), RAY_USAGE_STATS_ENABLED="0")
-        proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        log = Path(tmp) / "child.log"
+        with log.open("w") as err:  # Ray's and TransferQueue's chatter; each size's row as it is measured
+            proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=err, stderr=subprocess.STDOUT, text=True)
+        rows = [line for line in log.read_text().splitlines() if line.startswith("{")]
+        print("\n".join(rows), file=sys.stderr)
         if proc.returncode != 0 or not out.exists():
-            raise RuntimeError(f"bench_v1_scale child failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+            raise RuntimeError(f"bench_v1_scale child failed ({proc.returncode}):\n{log.read_text()[-4000:]}")
         return json.loads(out.read_text())
 
 
@@ -373,9 +396,23 @@ def chart(data: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def publish(data: dict[str, Any]) -> list[Result]:
+    """benchmarks/V1_SCALE.json, docs/img/v1_scale.png and this module's section of benchmarks/RESULTS.md."""
+    from benchmarks.harness import markdown_table
+    from benchmarks.run_all import machine, write_results
+
+    (HERE / "V1_SCALE.json").write_text(json.dumps(data, indent=1))
+    chart(data, REPO / "docs" / "img" / "v1_scale.png")
+    got = results(data)
+    load = f" (measured under load: load average {data['load_average_end']:.0f} at the end)" if "load_average_end" in data else ""
+    write_results({"bench_v1_scale": f"## bench_v1_scale\n\n{data.get('date', time.strftime('%Y-%m-%d'))}; "
+                                     f"{machine()}{load}\n\n{markdown_table(got)}"})
+    return got
+
+
 def run(quick: bool = False) -> list[Result]:
     data = measure_all(quick)
-    if not quick:
+    if not quick:  # run_all writes this module's RESULTS.md section
         (HERE / "V1_SCALE.json").write_text(json.dumps(data, indent=1))
         chart(data, REPO / "docs" / "img" / "v1_scale.png")
     return results(data)
@@ -385,20 +422,25 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sizes", help='JSON list of [trajectories, tokens], e.g. "[[8192, 512]]"')
+    ap.add_argument("--publish", metavar="JSON", help="re-publish a measurement (a V1_SCALE.json): chart, RESULTS.md section")
+    ap.add_argument("--profile", action="store_true", help="also cProfile one call of each (saved in the JSON)")
+    ap.add_argument("--save", metavar="JSON", help="save the measurement there (with --sizes)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--repeat", type=int, default=3, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        child([tuple(s) for s in json.loads(args.child)], args.repeat, Path(args.out))
+        child([tuple(s) for s in json.loads(args.child)], args.repeat, Path(args.out), args.profile)
         return 0
     from benchmarks.harness import markdown_table
 
-    data = measure_all(args.quick, [tuple(s) for s in json.loads(args.sizes)] if args.sizes else None)
-    if not args.quick and not args.sizes:
-        (HERE / "V1_SCALE.json").write_text(json.dumps(data, indent=1))
-        chart(data, REPO / "docs" / "img" / "v1_scale.png")
-    print(markdown_table(results(data)))
+    if args.publish:
+        print(markdown_table(publish(json.loads(Path(args.publish).read_text()))))
+        return 0
+    data = measure_all(args.quick, [tuple(s) for s in json.loads(args.sizes)] if args.sizes else None, args.profile)
+    if args.save:
+        Path(args.save).write_text(json.dumps(data, indent=1))
+    print(markdown_table(publish(data) if not args.quick and not args.sizes else results(data)))
     return 0
 
 
