@@ -296,7 +296,7 @@ def child(sizes: list[tuple[int, int]], repeat: int, out: Path, profile: bool = 
                     row["profile"] = {"verl": profiled(lambda: verl._dapo_filtered_keys("train"), judged(verl)),
                                       "rlhooks": profiled(lambda: ours._dapo_filtered_keys("train"), judged(ours)),
                                       "rlhooks_end": profiled(step_end(trainer._trained_batch), lambda: None)}
-                if count * tokens <= BEFORE_MAX_TOKENS:
+                if count * tokens <= BEFORE_MAX_TOKENS and not profile:
                     present = [f for f in SCORED_FIELDS if f in set(tq.kv_batch_get(keys=keys[:1], partition_id="train").keys())]
                     ours._fields_cache = present  # every field up front, as before
                     row["before"] = measure(lambda: ours._dapo_filtered_keys("train"), counter, judged(ours), repeat)
@@ -372,19 +372,20 @@ def chart(data: dict[str, Any], path: Path) -> None:
         if not rows:
             continue
         xs = [r["trajectories"] for r in rows]
-        for key, label, style in (("verl", "verl's buffer", ":"), ("rlhooks", "rlhooks judging", "--"),
-                                  ("total", "rlhooks judging + step end", "-")):
+        for key, label, color in (("verl", "verl's buffer", "C0"), ("rlhooks", "rlhooks judging", "C1"),
+                                  ("total", "rlhooks judging + step end", "C2")):
             ys = [(r["rlhooks"]["s"] + r["rlhooks_end"]["s"]) if key == "total" else r[key]["s"] for r in rows]
-            axes[0].plot(xs, [1e3 * y / x for x, y in zip(xs, ys)], style, marker=marker, ms=4, label=f"{label}, {tokens} tok")
+            axes[0].plot(xs, [1e3 * y / x for x, y in zip(xs, ys)], color=color, marker=marker, ms=4, label=f"{label}, {tokens} tok")
             if key == "total":
                 continue
             ys = [r[key]["bytes"] for r in rows]
-            axes[1].plot(xs, [y / 2**20 for y in ys], style, marker=marker, ms=4, label=f"{label}, {tokens} tok")
+            axes[1].plot(xs, [y / 2**20 for y in ys], color=color, marker=marker, ms=4, label=f"{label}, {tokens} tok")
         before = [r for r in rows if "before" in r]
         if before:
-            axes[1].plot([r["trajectories"] for r in before], [(r["before"]["bytes"]) / 2**20 for r in before], "-.",
+            axes[1].plot([r["trajectories"] for r in before], [(r["before"]["bytes"]) / 2**20 for r in before], color="C3",
                          marker=marker, ms=4, label=f"rlhooks before issue 40, {tokens} tok")
-    axes[0].set(xscale="log", xlabel="trajectories judged", ylabel="ms per 1,000 trajectories", title="cost per trajectory")
+    axes[0].set(xscale="log", xlabel="trajectories judged", ylabel="ms per trajectory (median of 3)",
+                title="cost per trajectory (a loaded machine: noisy)")
     axes[1].set(xscale="log", yscale="log", xlabel="trajectories judged", ylabel="MiB read from TransferQueue",
                 title="bytes read to judge the groups")
     for ax in axes:
@@ -404,7 +405,8 @@ def publish(data: dict[str, Any]) -> list[Result]:
     (HERE / "V1_SCALE.json").write_text(json.dumps(data, indent=1))
     chart(data, REPO / "docs" / "img" / "v1_scale.png")
     got = results(data)
-    load = f" (measured under load: load average {data['load_average_end']:.0f} at the end)" if "load_average_end" in data else ""
+    load = data.get("load") or (f"load average {data['load_average_end']:.0f} at the end" if "load_average_end" in data else "")
+    load = f" (measured on a shared, loaded machine: {load})" if load else ""
     write_results({"bench_v1_scale": f"## bench_v1_scale\n\n{data.get('date', time.strftime('%Y-%m-%d'))}; "
                                      f"{machine()}{load}\n\n{markdown_table(got)}"})
     return got
