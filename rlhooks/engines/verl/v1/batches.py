@@ -7,17 +7,20 @@ column             from (V1: the agent loop puts each trajectory's fields into T
 uid                ``uid`` (one per prompt; the rows of a group are made contiguous here)
 index              ``rlhooks_row`` (the dataset row the sampler drew; RowIndexedDataset)
 data_source        ``data_source``
-reward             ``rm_scores`` summed (the reward loop's score at the last response token)
+reward             ``rm_scores`` summed (the reward loop's score at the last response token), or the same
+                   score from ``reward_extra_info`` under verl's naive reward manager (no 4 bytes a token)
 <extra>            each key of ``extra_fields["reward_extra_info"]`` (``acc``, ...); NaN where a row lacks it
 reward_fn/<name>   the rlhooks reward adapter's per-function scores (``reward.custom_reward_function``)
 sample_id          ``<uid>/<session>`` from the TransferQueue key ``{uid}_{session}_{index}``
 policy_version     ``extra_fields["min_global_steps"]``: the weights version that began the response
 final_reward       ``token_level_rewards`` (after an in-reward KL penalty) or ``rm_scores``, summed
 advantage          ``advantages`` averaged over the response (step end only)
-response_length    ``responses`` lengths; ``prompt_length`` from ``prompts``
+response_length    the tags' ``response_len`` (else ``responses`` lengths); ``prompt_length`` likewise
 prompt, response   decoded lazily with the run's tokenizer; ``target`` from ``reward_model.ground_truth``
 complexity         ``extra_info["complexity_score"]``
 ================== ===========================================================================
+
+What is read up front and what when a plugin reads it (for its rows): :func:`scored_fields`, :func:`scored_batch`.
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ NO_FIELD_COLUMNS = frozenset({cols.UID, cols.SAMPLE_ID, cols.ADVANTAGE, cols.FIN
 ROW_FIELDS = ("prompts", "responses", "reward_model", "extra_info")
 #: how a lazy column reads fields of some keys from TransferQueue: ``fetch(fields, keys) -> TensorDict``
 Fetch = Callable[[list[str], list[str]], Any]
+#: reward extras of the rlhooks reward adapter that are not a function's score
+ADAPTER_EXTRAS = ("acc", "reward_errors")
+#: the adapter's per-function error flag: ``reward_errors/<function>`` (1.0 when it raised or was not finite)
+ADAPTER_ERROR_PREFIX = "reward_errors/"
 
 
 def scored_fields(columns: frozenset[str] | None, present: set[str], *, reward_in_extras: bool = False) -> list[str]:
@@ -66,10 +73,6 @@ def scored_fields(columns: frozenset[str] | None, present: set[str], *, reward_i
         wanted.discard("rm_scores")
     wanted -= {"uid", *ROW_FIELDS}  # uid: from the key
     return [f for f in SCORED_FIELDS if f in wanted and f in present]
-#: reward extras of the rlhooks reward adapter that are not a function's score
-ADAPTER_EXTRAS = ("acc", "reward_errors")
-#: the adapter's per-function error flag: ``reward_errors/<function>`` (1.0 when it raised or was not finite)
-ADAPTER_ERROR_PREFIX = "reward_errors/"
 
 
 def objects(values: Any) -> np.ndarray:
@@ -168,8 +171,8 @@ def scored_batch(data: Any, keys: Sequence[str], tokenizer: Any = None, adapter_
 
     With ``fetch``, the columns of fields ``stored`` in TransferQueue that ``data`` lacks are read when a
     plugin reads them, for the rows it reads (RowLazy), and ``reward`` from ``rm_scores`` when ``data`` has
-    neither it nor a score extra. ``tags``
-    (TransferQueue's, in ``keys`` order) give the length columns without reading the token ids."""
+    neither it nor a score extra. ``tags`` (TransferQueue's, in ``keys`` order) give the length columns
+    without reading the token ids."""
     present = set(data.keys())
     uid, sample_id = sessions(keys)
     n = len(keys)
