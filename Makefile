@@ -47,9 +47,11 @@ TEST_WORKERS ?= 2
 test: setup-test
 	$(PY) -m pytest -n $(TEST_WORKERS)
 
-# the long checks left out of `make test` (20,000-step soak, end-to-end CLI runs); CI runs them
+# the long checks left out of `make test` (20,000-step soak, end-to-end CLI runs, the V1 runs); CI runs them.
+# Two workers, a test file per worker at a time (--dist loadfile: a file's module-scoped V1 runs stay together):
+# a V1 run on the CPU learner leaves the cores idle much of its time (waits on Ray actors and polls)
 test-slow: setup-test
-	$(PY) -m pytest -m slow
+	$(PY) -m pytest -m slow -n $(TEST_WORKERS) --dist loadfile
 
 bench: setup-test
 	$(PY) -m benchmarks.run_all

@@ -89,6 +89,7 @@ class Counter:
         self.accuracy: dict[int, float] = {}
         self.source_accuracy: dict[int, dict[str, float]] = {}
         self.curriculum: dict[int, dict[str, float]] = {}
+        self.timing: dict[int, dict[str, float]] = {}  # verl's timing_s/* of each step (benchmarks.cpu_step)
 
     @rlhooks.hookimpl
     def on_rewards_computed(self, step, batch):
@@ -103,6 +104,9 @@ class Counter:
         level = {k: float(v) for k, v in metrics.items() if k.startswith("curriculum/")}
         if level:
             self.curriculum[step] = level
+        timing = {k: float(v) for k, v in metrics.items() if k.startswith("timing_s/")}
+        if timing:
+            self.timing.setdefault(step, {}).update(timing)
 
     def record_validation(self, step: int, acc: dict[str, float]) -> None:
         """The accuracy over the validated sources, weighted by their sizes."""
@@ -178,7 +182,7 @@ def legacy_run(name: str, seed: int, steps: int, test_freq: int, out: Path, asse
     return {"config": name, "seed": seed, "trainer": "legacy", "wall_s": time.perf_counter() - started,
             "date": time.strftime("%Y-%m-%d"), "load_avg": os.getloadavg()[0],
             "generated": counter.generated, "accuracy": counter.accuracy,
-            "source_accuracy": counter.source_accuracy, "curriculum": counter.curriculum}
+            "source_accuracy": counter.source_accuracy, "curriculum": counter.curriculum, "timing": counter.timing}
 
 
 def v1_config(name: str, seed: int, steps: int, test_freq: int, out: Path, assets: tuple[Path, Path],
@@ -246,7 +250,7 @@ def read_verl_log(path: Path, sizes: dict[str, int], *, n: int, gen_batch_size: 
     if not counter.generated:
         raise ValueError(f"{path}: no training step logged (no filter/generated_groups or train/num_gen_batches)")
     return {"generated": counter.generated, "accuracy": counter.accuracy,
-            "source_accuracy": counter.source_accuracy, "curriculum": counter.curriculum}
+            "source_accuracy": counter.source_accuracy, "curriculum": counter.curriculum, "timing": counter.timing}
 
 
 @contextmanager
@@ -435,7 +439,7 @@ def _default_target(runs: list[dict]) -> float:
 
 def _int_keys(run: dict) -> dict:
     """A run read back from JSON (whose object keys are strings)."""
-    keys = [k for k in ("generated", "accuracy", "source_accuracy", "curriculum") if k in run]
+    keys = [k for k in ("generated", "accuracy", "source_accuracy", "curriculum", "timing") if k in run]
     return {**run, **{k: {int(s): v for s, v in run[k].items()} for k in keys}}
 
 

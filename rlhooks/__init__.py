@@ -60,7 +60,7 @@ from rlhooks.core.metrics import source_key, split_source_key
 from rlhooks.core.options import DispatchOptions, build_options, finite, non_negative, positive, unit_interval
 from rlhooks.core.records import METRICS_FILE, encode_record, nonfinite_name, read_records
 from rlhooks.core.run import RunContext
-from rlhooks.core.rundir import claim as claim_output
+from rlhooks.core.rundir import claim_output
 from rlhooks.core.rundir import open_output, write_atomic
 
 if TYPE_CHECKING:

@@ -10,13 +10,26 @@ configure_logging()
 BASELINE_LOGGING = structlog.get_config()
 
 
-#: the default suite's longest tests (a V1 run on Ray, ~1 min of a worker): collected first, so pytest-xdist
-#: hands them out in its first round and the other worker's queue, not the suite's tail, absorbs them
-LONGEST_FIRST = ("tests/verl/test_cpu_v1_learner.py::test_rlhooks_train_trains_on_verls_default_v1_trainer",)
+#: the longest test files, collected first: `make test-slow` runs on pytest-xdist workers with ``--dist loadfile``
+#: (a file's module-scoped V1 runs stay on one worker), which hands files out in collection order, so the long
+#: ones start first and the short ones fill the other worker's gaps instead of trailing at the end
+LONGEST_FIRST = (
+    "tests/reliability/test_soak.py",  # the 20,000-step soak: ~6 min
+    "tests/verl/test_v1_resume_async.py",  # four V1 runs
+    "tests/verl/test_v1_builtins.py",  # four V1 runs
+    "tests/verl/test_cpu_v1_async.py",  # three V1 runs
+    "tests/verl/test_cpu_v1_learner.py",  # three V1 runs
+    "tests/verl/test_v1_resume.py",  # two V1 runs
+    "tests/verl/test_checkpoints.py",  # three `rlhooks train` processes
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.nodeid not in LONGEST_FIRST)  # stable: the rest keep their order
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::")[0]
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep their order
 
 
 @pytest.fixture(autouse=True)

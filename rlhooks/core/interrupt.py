@@ -74,7 +74,7 @@ def exit_code(exc: KeyboardInterrupt) -> int:
     return exc.exit_code if isinstance(exc, Interrupted) else 128 + signal.SIGINT
 
 
-_defer: dict[str, Any] = {"depth": 0, "pending": None}
+_defer: dict[str, Any] = {"depth": 0, "pending": None, "what": None}
 
 
 class Held:
@@ -88,13 +88,16 @@ class Held:
 
 
 @contextlib.contextmanager
-def deferred() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM (under ``signals_interrupt``) until the block ends, then raise them."""
+def deferred(what: str | None = None) -> Iterator[None]:
+    """Hold SIGINT/SIGTERM (under ``signals_interrupt``) until the block ends, then raise them.
+    ``what``: what the block finishes, for the message (default: the run's outcome is recorded)."""
     _defer["depth"] += 1
+    outer, _defer["what"] = _defer["what"], _defer["what"] or what
     try:
         yield
     finally:
         _defer["depth"] -= 1
+        _defer["what"] = outer
         pending = _defer["pending"]
         if _defer["depth"] == 0 and pending is not None:
             _defer["pending"] = None
@@ -196,7 +199,8 @@ def signals_interrupt() -> Iterator[None]:
         if len(seen) == 1:
             if _defer["depth"]:  # recording a run's outcome: finish that first
                 _defer["pending"] = signum
-                os.write(2, b"rlhooks: stopping once the run's outcome is recorded (a second signal stops at once)\n")
+                what = (_defer["what"] or "the run's outcome is recorded").encode()
+                os.write(2, b"rlhooks: stopping once " + what + b" (a second signal stops at once)\n")
                 return
             raise Interrupted(signum)
         name = signal.Signals(signum).name.encode()

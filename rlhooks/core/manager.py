@@ -111,6 +111,24 @@ class Registered:
         return f"{self.name} ({self.path})"
 
 
+class _Discard:
+    """A file that drops what is written: pickling into it checks a state without keeping a copy."""
+
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+
+def _unpicklable(value: Any) -> str | None:
+    """Why ``value`` cannot be pickled (a checkpoint holds it as a pickle), or None."""
+    import pickle
+
+    try:
+        pickle.dump(value, _Discard(), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # noqa: BLE001 - pickling runs the objects' own code: any error means the same
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 class HookValidationError(RegistryError):
     """A plugin implements a hook that does not exist or asks for arguments a hook lacks."""
 
@@ -177,7 +195,7 @@ class RunManager:
                 (self.filters if comp.kind == "filter" else self.prompt_filters).append((rec, obj))
         for name, obj in extra_plugins:
             self._register_object(name, "plugin", name, "engine", obj, "warn", configured=False)
-        self.rewards = RewardPipeline.from_components(reward_fns)
+        self.rewards = RewardPipeline.from_components(reward_fns, timeout_s=config.run.reward_timeout_s)
         self._check_pending()
 
     # -- building -----------------------------------------------------------------------
@@ -593,7 +611,16 @@ class RunManager:
         stateful = [rec for rec in self.components if callable(getattr(rec.obj, "state_dict", None))]
         # a backend's state is read once its dispatch thread handled what was queued before the checkpoint
         dispatch.flush_components([rec for rec in stateful if rec.deferred])
-        out: dict[str, Any] = {rec.path: rec.obj.state_dict() for rec in stateful}
+        out: dict[str, Any] = {}
+        for rec in stateful:
+            out[rec.path] = state = rec.obj.state_dict()
+            problem = _unpicklable(state)
+            if problem:  # here, naming the plugin, not as a bare TypeError halfway through writing a checkpoint
+                raise RLHooksError(
+                    f"{rec.kind} {rec.name!r} ({rec.distribution}) at {rec.path}: its state_dict() returned a value "
+                    f"that cannot be pickled ({problem}), so no checkpoint can hold it and none is written. Return "
+                    f"plain data from state_dict() (numbers, strings, lists, dicts, numpy arrays, tensors), not a "
+                    f"lock, a file, a thread or a client; the contract kit's test_state_dict_round_trip checks it")
         out[NAMES_KEY] = {rec.path: rec.name for rec in stateful}
         if self.learning is not None:
             out[LEARNING_KEY] = {"learning": self.learning.state_dict(), "prompt_stage": self.prompt_stage.state_dict()}

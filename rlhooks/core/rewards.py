@@ -10,6 +10,10 @@ NaN): the row scores ``error_score``, counts in ``errors[name]`` and also in ``n
 ``score_batch`` that returns the wrong shape, or raises while every row scores fine alone, is
 a bug in the function: it is warned about once and the rows are scored one by one.
 
+A call that runs past ``run.reward_timeout_s`` (default 300 s; 0: no bound) is a failure too: its row (every
+row, for ``score_batch``) scores ``error_score`` and counts in ``errors[name]``, and a warning names the
+function and the bound, so a hung function never stalls a run without a word (``call_bounded``).
+
 ``score_batch`` is the batched path (an LLM judge or a reward model scoring a whole generation
 batch in one call): it gets every row of the batch at once and may be ``async def`` (its coroutine
 is run to completion here, on a private event loop, so the judge can send its requests
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import signal
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -55,6 +61,53 @@ def resolve(result: Any) -> Any:
         return pool.submit(asyncio.run, wait()).result()
 
 
+class RewardTimeout(Exception):
+    """A reward function call ran past its time bound (``run.reward_timeout_s``)."""
+
+
+def call_bounded(call: Any, timeout_s: float | None) -> Any:
+    """``call()``, stopped with ``RewardTimeout`` after ``timeout_s`` seconds (None/0: unbounded).
+
+    In the main thread (the simulator, the legacy trainer) the call is interrupted by a timer signal
+    (``interrupt.bounded``), a Ctrl-C still stopping it at once. In another thread (verl's reward-loop workers
+    score in a thread pool) the call runs in a helper thread; past the bound it is left to finish on its own
+    (Python cannot stop a thread) and its row is scored as an error."""
+    if not timeout_s:
+        return call()
+    from rlhooks.core import interrupt
+
+    if threading.current_thread() is threading.main_thread() and signal.getitimer(signal.ITIMER_REAL)[0] == 0:
+        try:
+            with interrupt.bounded(timeout_s):
+                return call()
+        except interrupt.TimeBoundExceeded:
+            raise RewardTimeout(f"did not return within {timeout_s:g} s") from None
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="rlhooks-reward-call", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise RewardTimeout(f"did not return within {timeout_s:g} s (the call is left running in a thread)")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def timeout_message(name: str, timeout_s: float, rows: int, error_score: float) -> str:
+    return (f"reward function {name!r} did not return within run.reward_timeout_s={timeout_s:g} s "
+            f"({rows} row{'s' if rows != 1 else ''}); such rows score error_score={error_score} and count in "
+            f"rewards/errors/{name}. Fix the function (a hang, an endless loop, a request without a timeout) "
+            f"or raise run.reward_timeout_s")
+
+
 @attrs.define
 class RewardEntry:
     name: str
@@ -77,12 +130,14 @@ class RewardResult:
 
 
 class RewardPipeline:
-    def __init__(self, entries: Sequence[RewardEntry] = ()):
+    def __init__(self, entries: Sequence[RewardEntry] = (), *, timeout_s: float | None = None):
         self.entries = list(entries)
         self._reported: set[str] = set()
+        #: the bound on one call (run.reward_timeout_s; None/0: none)
+        self.timeout_s = timeout_s
 
     @classmethod
-    def from_components(cls, comps: Iterable[Any]) -> RewardPipeline:
+    def from_components(cls, comps: Iterable[Any], *, timeout_s: float | None = None) -> RewardPipeline:
         """From ComponentConfigs of reward functions (classes are instantiated with options)."""
         entries = []
         for c in comps:
@@ -94,7 +149,7 @@ class RewardPipeline:
                                    f"{type(exc).__name__}: {exc}; a reward class must build from its Options alone "
                                    f"(or from no arguments)") from exc
             entries.append(RewardEntry(c.name, fn, c.weight, c.error_score))
-        return cls(entries)
+        return cls(entries, timeout_s=timeout_s)
 
     @property
     def names(self) -> list[str]:
@@ -129,12 +184,15 @@ class RewardPipeline:
         batch_fn = getattr(e.fn, "score_batch", None)
         if batch_fn is not None:
             try:
-                values = np.asarray(resolve(batch_fn(np.asarray(responses, dtype=object),
-                                                     np.asarray(targets, dtype=object))), float)
+                values = np.asarray(call_bounded(lambda: resolve(batch_fn(
+                    np.asarray(responses, dtype=object), np.asarray(targets, dtype=object))), self.timeout_s), float)
                 if values.shape == (len(responses),):
                     return values, 0
                 # a wrong-length result would broadcast into the total: score row by row instead
                 problem = f"returned shape {values.shape} for {len(responses)} rows"
+            except RewardTimeout:  # every row is its error; scoring them one by one would hang as long again
+                log.warning(timeout_message(e.name, self.timeout_s or 0, len(responses), e.error_score), plugin=e.name)
+                return np.full(len(responses), e.error_score, dtype=np.float64), len(responses)
             except Exception as exc:  # noqa: BLE001 - fall back to per-row isolation below
                 problem = f"raised {type(exc).__name__}: {exc}"
         else:
@@ -143,7 +201,11 @@ class RewardPipeline:
         failed = 0
         for i, (r, t) in enumerate(zip(responses, targets)):
             try:
-                out[i] = float(e.fn(r, t))
+                out[i] = float(call_bounded(lambda: e.fn(r, t), self.timeout_s))  # noqa: B023 - called at once
+            except RewardTimeout:
+                out[i] = e.error_score
+                failed += 1
+                log.warning(timeout_message(e.name, self.timeout_s or 0, 1, e.error_score), plugin=e.name)
             except Exception as exc:  # noqa: BLE001 - one bad sample must not stop the batch
                 out[i] = e.error_score
                 failed += 1

@@ -29,6 +29,9 @@ decides what may happen to such a directory:
   to disk and renamed over the target: readers see the old file or the whole new one, never a
   0-byte or partial file, also when the disk is full; a link at the target is replaced, never
   written through, and a link between the run directory and the target is refused.
+* ``claim_output`` / ``open_output`` (the plugin API): a plugin's file in the run directory, claimed
+  first, never through a link inside any run directory (found by its lock file, so in any process);
+  what the run's own process creates there unclaimed is the run's too (``RunDirectory.adopt_unclaimed``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import json
 import os
 import socket
 import stat
+import sys
 import tempfile
 import threading
 from collections.abc import Collection, Iterator
@@ -252,6 +256,8 @@ class RunDirLock:
                 return
             del _held[key]
             fh, _, created_file, created_dirs = held
+            if fh is None:  # adopted (adopt_lock): the flock is its holder's to release
+                return
             try:
                 if discard and created_file and _names(self.run_dir / LOCK_FILE, fh):
                     os.unlink(self.run_dir / LOCK_FILE)  # while still locked (see _lock_file's inode check)
@@ -350,8 +356,12 @@ class RunDirectory:
 
     Ownership: everything the run writes is claimed *before* it is created (``claim``; the
     built-in writers and ``write_atomic`` do it), and the marker is rewritten at each new claim.
-    When the outcome is recorded, the files inside the claimed entries are listed too; a rerun
-    deletes exactly those files (and then their directories, once empty), nothing else.
+    An entry that this process created in the directory while the run held it and that nobody
+    claimed (a plugin written before ``claim_output`` existed) is the run's too: it is claimed when
+    the outcome is recorded (``adopt_unclaimed``). One another process put there (a user's notes) is
+    not: a rerun refuses rather than delete it. When the outcome is recorded, the files inside the
+    claimed entries are listed too; a rerun deletes exactly those files (and then their directories,
+    once empty), nothing else.
     """
 
     def __init__(self, path: Path, lock: RunDirLock, command: str) -> None:
@@ -362,6 +372,12 @@ class RunDirectory:
         self.finished = False
         self.status: str | None = None
         self.owned: set[str] = set()  # top-level entries this run created (claimed before creating)
+        #: top-level entries present when the run started (a shared root's earlier entries): never adopted
+        self.found: set[str] = set()
+        #: top-level entries this process created, opened for writing or renamed into the directory while
+        #: the run held it (seen by ``_audit``): the candidates of ``adopt_unclaimed``
+        self.made: set[str] = set()
+        self._root = os.path.abspath(path)
 
     @classmethod
     def create(cls, out_dir: str | Path, name: str, *, command: str, rewrites: Collection[str] | None = None,
@@ -388,6 +404,8 @@ class RunDirectory:
         try:
             kept = _clear_finished_run(path, command, rewrites=rewrites, hint=hint)
             rd = cls(path, lock, command)
+            rd.found = set(os.listdir(path)) - BOOKKEEPING
+            _watch_file_creation()
             rd.owned.update(kept)
             rd.owned.update(DERIVED_ENTRIES)  # `rlhooks report <run_dir>` draws into it at any time
             interrupt.outcome_recorded["status"] = None  # a new run: nothing recorded for it yet
@@ -434,10 +452,27 @@ class RunDirectory:
             rec.update(status=self.status, entries=self.entries(), files=self.files())
         write_atomic(self.path / MARKER_FILE, json.dumps(rec, indent=1) + "\n", claim_it=False)
 
+    def adopt_unclaimed(self) -> list[str]:
+        """Claim the top-level entries that this process created in the directory while the run held it
+        and nobody claimed: a plugin's (e.g. a backend written before ``claim_output`` existed, opening its
+        file with ``open``), so a rerun replaces them instead of refusing. Another process's file (a user's
+        notes) is not the run's; nor is one a library writes from native code (``torch.save`` to a path):
+        such a plugin claims its files (``rlhooks.claim_output``)."""
+        new = sorted(n for n in list(self.made) if n not in BOOKKEEPING and n not in self.owned
+                     and n not in self.found and os.path.lexists(self.path / n))
+        for name in new:
+            self.owned.add(name)
+        if new:
+            log.info("recorded as the run's: written into the run directory during the run without "
+                     "rlhooks.claim_output", run_dir=str(self.path), entries=new)
+        return new
+
     def record_outcome(self, status: str) -> None:
-        """Record the run's outcome and every file it owns now (the lock stays held)."""
+        """Record the run's outcome and every file it owns now (the lock stays held); entries written during
+        the run without a claim are the run's (``adopt_unclaimed``)."""
         self.status = status
         interrupt.note_outcome(status)
+        self.adopt_unclaimed()
         try:
             self._write_marker()
         except OSError as exc:  # the run's own files matter more; a rerun will then refuse to replace
@@ -468,13 +503,61 @@ class RunDirectory:
 _active: list[RunDirectory] = []  # run directories of this process that are being written
 _active_lock = threading.Lock()
 
+#: audit events that create (or open for writing) the path they name: (event, index of that path in its args)
+_CREATING = {"open": 0, "os.mkdir": 0, "os.rename": 1, "os.symlink": 1, "os.link": 1, "shutil.copyfile": 1,
+             "shutil.copytree": 1, "shutil.move": 1, "sqlite3.connect": 0}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+_watching = False
+
+
+def _watch_file_creation() -> None:
+    """Install (once per process) the audit hook that sees which files this process creates in a run
+    directory being written (``RunDirectory.made``). An audit hook, because a plugin's own ``open`` (one
+    written before ``claim_output`` existed) calls nothing of rlhooks; it cannot be removed, so it returns
+    at once while no run directory is being written."""
+    global _watching
+    if not _watching:
+        sys.addaudithook(_audit)
+        _watching = True
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    """Note a path this process creates inside an active run directory. Never raises (an exception
+    in an audit hook would fail the caller's operation)."""
+    if not _active or event not in _CREATING:
+        return
+    try:
+        if event == "open":
+            path, mode, flags = args[0], args[1], args[2]
+            if not (flags & _WRITE_FLAGS or (isinstance(mode, str) and any(c in mode for c in "wax+"))):
+                return  # read only
+        else:
+            path = args[_CREATING[event]]
+        if path is None or isinstance(path, int):  # a file descriptor: already open
+            return
+        p = os.path.abspath(os.fsdecode(path))
+        for rd in list(_active):
+            if p.startswith(rd._root + os.sep):
+                rd.made.add(p[len(rd._root) + 1:].split(os.sep, 1)[0])
+    except Exception:  # noqa: BLE001,S110 - see the docstring
+        pass
+
+
+def claim_output(path: str | Path) -> None:
+    """``rlhooks.claim_output``: record ``path`` as the run's (call before creating it), so that a rerun
+    may replace it; a ``RunDirError`` if ``path`` is inside a run directory and is a symbolic link or
+    lies below one (see ``refuse_run_links``), for every plugin, so nothing is written through a link
+    planted in a resumed run's directory. Outside a run directory this does nothing."""
+    refuse_run_links(path)
+    claim(path)
+
 
 def claim(path: str | Path) -> None:
     """Record ``path`` as written by the run whose directory holds it (call before creating it).
 
     A rerun deletes only what its run claimed; a third-party backend writing into the run
-    directory calls this (``rlhooks.claim_output``) so that a rerun may replace its files.
-    Outside a run directory this does nothing.
+    directory calls this (``rlhooks.claim_output``, which also refuses links) so that a rerun may
+    replace its files. Outside a run directory this does nothing.
     """
     if not _active:
         return
@@ -504,7 +587,7 @@ def open_output(path: str | Path, mode: str = "w", *, encoding: str | None = Non
         raise ValueError(f"open_output: mode must be 'w', 'a' or 'x' (with 'b' or '+'), got {mode!r}; "
                          f"read files with open()")
     path = Path(path)
-    claim(path)
+    claim_output(path)
     _refuse_linked_parents(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     flags = _OPEN_FLAGS[kind] | (os.O_RDWR if "+" in mode else os.O_WRONLY) | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -650,8 +733,8 @@ def _check_rewrites(path: Path, marker: dict[str, Any], present: list[str], rewr
 
 
 def _unclaimed_hint(run_dir: Path, rel: str, marker: dict[str, Any]) -> str:
-    """When ``rel`` was last written while the earlier run ran, a plugin of it most likely made it
-    without claiming it: say how a plugin claims its files."""
+    """When ``rel`` was last written while the earlier run ran (though not by its process, whose files
+    are the run's), a plugin may have made it without claiming it: say how a plugin claims its files."""
     try:
         mtime = os.lstat(run_dir / rel).st_mtime
         started = _dt.datetime.fromisoformat(str(marker["started"])).timestamp()
@@ -660,9 +743,10 @@ def _unclaimed_hint(run_dir: Path, rel: str, marker: dict[str, Any]) -> str:
         return ""
     if not started - 1 <= mtime <= finished + 2:  # timestamps are to the second
         return ""
-    return (f". {rel!r} was written while the earlier run ran, so a plugin of that run probably made it without "
-            f"claiming it: a plugin that writes into the run directory must call rlhooks.claim_output(path) "
-            f"before creating the file (or create it with rlhooks.open_output(path)), so that a rerun may replace it")
+    return (f". {rel!r} was written while the earlier run ran, but not by the run's own process (another process, "
+            f"or a library writing from native code such as torch.save to a path), so it is not taken for the "
+            f"run's: if a plugin made it, that plugin must call rlhooks.claim_output(path) before creating the file "
+            f"(or create it with rlhooks.open_output(path)), so that a rerun may replace it")
 
 
 def unrecorded(path: str | Path) -> set[str]:
@@ -747,6 +831,7 @@ def open_atomic(path: str | Path, *, claim_it: bool = True) -> Iterator[BinaryIO
     path = Path(path)
     if claim_it:
         claim(path)
+        refuse_run_links(path.parent)  # a plugin's write_atomic too: a link at `path` itself is replaced, never followed
     _refuse_linked_parents(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -789,8 +874,59 @@ def refuse_link(path: str | Path, run_dir: str | Path) -> None:
     for d in [*reversed(p.parents), p]:
         if root in d.parents and d.is_symlink():
             raise RunDirError(f"{d} is {_kind(d)}: rlhooks never writes a run's output ({p.name}) through a link "
-                              f"into a place it does not own; remove the link, or set the backend's directory "
-                              f"option to the directory you mean")
+                              f"into a place it does not own; remove the link (its target is not touched), or set "
+                              f"the plugin's path option to the directory you mean")
+
+
+def refuse_run_links(path: str | Path) -> None:
+    """Raise a ``RunDirError`` if ``path`` is inside a run directory and is a symbolic link, or a directory
+    between them is one. A run directory is any directory holding rlhooks' lock file (every engine's
+    run holds it while it runs, in whatever process the plugin runs); a ``path`` outside one (a directory
+    the user configured) is not checked. For a plugin's files: ``claim_output`` and ``open_output``."""
+    p = Path(os.path.abspath(path))
+    for parent in p.parents:
+        if parent.is_symlink():  # a run directory is never a link (the lock refuses one): the link is below a root
+            continue
+        try:
+            is_root = stat.S_ISREG(os.lstat(parent / LOCK_FILE).st_mode)
+        except OSError:
+            continue
+        if is_root:
+            refuse_link(p, parent)
+
+
+def lock_holder(run_dir: str | Path) -> dict[str, Any]:
+    """The record of the process holding ``run_dir``'s lock as this process holds it (its pid, host, start);
+    empty when this process does not hold it."""
+    key = os.path.realpath(run_dir)
+    with _held_lock:
+        held = _held.get(key)
+        return _read_holder(held[0]) if held is not None and held[0] is not None else {}
+
+
+def adopt_lock(run_dir: str | Path, holder: dict[str, Any], command: str = "rlhooks") -> RunDirLock:
+    """In a process another one started for its run (``rlhooks train``'s Ray TaskRunner): hold ``run_dir``'s
+    lock on behalf of ``holder`` (``lock_holder`` in that process), which keeps the flock. Accepted only when
+    the lock file is locked and names that holder; a free lock (its holder is gone) is taken as ``acquire``
+    takes it, and one another run holds is refused (RunDirInUse) as ever. Release it like any lock."""
+    lock = RunDirLock(run_dir, command)
+    try:
+        return lock.acquire()
+    except RunDirInUse:
+        try:
+            fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            raise RunDirInUse(f"run directory {run_dir} is locked and its lock file cannot be read") from None
+        with os.fdopen(fd, encoding="utf-8") as fh:
+            info = _read_holder(fh)
+        if not holder or any(info.get(k) != holder.get(k) for k in ("pid", "host", "started")):
+            raise
+    key = os.path.realpath(run_dir)
+    with _held_lock:
+        held = _held.setdefault(key, [None, 0, False, []])
+        held[1] += 1
+    lock._key = key
+    return lock
 
 
 @contextlib.contextmanager
@@ -807,6 +943,7 @@ def locked(run_dir: str | Path, command: str = "rlhooks") -> Iterator[RunDirLock
 
 __all__ = [
     "RunDirError", "RunDirInUse", "RunDirLock", "RunDirectory", "check_run_name", "check_path_text", "claim",
-    "open_output", "open_atomic", "refuse_link", "safe_run_name", "write_atomic", "locked",
+    "claim_output", "open_output", "open_atomic", "refuse_link", "refuse_run_links", "safe_run_name", "write_atomic",
+    "locked", "adopt_lock", "lock_holder",
     "LOCK_FILE", "MARKER_FILE",
 ]

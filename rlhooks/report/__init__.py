@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -69,9 +70,9 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
             notes.append(f"{chart.title}: could not be drawn ({type(exc).__name__}: {exc})")
             continue
         if path is None:
-            notes.append(f"{chart.title}: skipped, {chart.missing_note}.")
+            notes.append(f"{chart.title_for(runs)}: skipped, {chart.missing_note}.")
         else:
-            charts.append((chart.title, path))
+            charts.append((chart.title_for(runs), path))
     page = out / REPORT_FILE
     write_atomic(page, _page(runs, charts, notes))  # a reader never sees half a page (a full disk)
     log.info("report written", page=str(page), charts=len(charts), skipped=len(notes))
@@ -182,7 +183,7 @@ def _page(runs: list[RunData], charts: list[tuple[str, Path]], notes: list[str])
             parts.append(f"<p class='muted'>{count} table{'s' if count != 1 else ''} named {_esc(name)} "
                          f"in this run; {shown_note}.</p>")
     if not any_table:
-        parts.append("<p class='note'>No sample tables were logged (enable top_bottom_k under samples:).</p>")
+        parts.append(f"<p class='note'>{_esc(no_tables_note(runs))}</p>")
     parts.append("<h2>Configs</h2>")
     for run in runs:
         parts.append(f"<details><summary>{_esc(run.name)}</summary><pre>{_esc(json.dumps(run.config, indent=2, default=str))}</pre></details>")
@@ -216,9 +217,12 @@ HACKING_EVIDENCE = (
 
 
 def hacking_class(hacking: dict[str, Any]) -> str:
-    """CSS class of a verdict: hacking (flagged), clear (not flagged with a task signal), else unknown."""
+    """CSS class of a verdict: hacking (flagged), clear (not flagged with a task signal), else unknown
+    (no task signal, or a run too short to judge)."""
     if hacking.get("detected"):
         return "hacking"
+    if hacking.get("confidence") == "none":
+        return "unknown"
     return "clear" if hacking.get("task_signal") else "unknown"
 
 
@@ -312,13 +316,78 @@ def _alerts_section(run: RunData) -> str:
     return "".join(out)
 
 
+def no_tables_note(runs: list[RunData]) -> str:
+    """Why the page has no sample tables: none configured, or the runs ended before a table's ``every:``."""
+    configured = [(run, c) for run in runs for c in (run.config.get("samples") or []) if isinstance(c, dict)]
+    if not configured:
+        return "No sample tables were logged (enable top_bottom_k under samples:)."
+    named = ", ".join(sorted({f"{c.get('name')} (every {c.get('every', 1)} steps)" for _, c in configured}))
+    last = max((int(run.series_steps()[-1]) for run in runs if len(run.series_steps())), default=0)
+    return (f"No sample tables were logged: samples: names {named}, and the run logged no table in its "
+            f"{last} step{'s' if last != 1 else ''} (a table is written at the steps that are a multiple of "
+            f"its every:; set a smaller every: for a short run).")
+
+
+#: verl's validation accuracy per source: ``val-core/<source>/acc/mean@<n>`` (the core metric of verl's
+#: validation; the report's chart and the runs table read it)
+VALIDATION_ACCURACY = re.compile(r"val-core/(?P<label>.+)/acc/mean@\d+")
+
+
+def validation_accuracy(run: RunData) -> tuple[float, float, int, int] | None:
+    """(first, last) mean over sources of verl's validation accuracy, and their steps; None without any."""
+    keys = [k for k in run.series if VALIDATION_ACCURACY.fullmatch(k)]
+    if not keys:
+        return None
+    steps = np.unique(np.concatenate([run.series[k][0] for k in keys]))
+
+    def mean_at(step: int) -> float:
+        vals = [v[s == step][0] for k in keys for s, v in [run.series[k]] if np.any(s == step)]
+        finite = [x for x in vals if np.isfinite(x)]
+        return float(np.mean(finite)) if finite else float("nan")
+
+    return mean_at(int(steps[0])), mean_at(int(steps[-1])), int(steps[0]), int(steps[-1])
+
+
+def trainer_of(run: RunData) -> str:
+    """The trainer and mode: summary.json's (``rlhooks train`` and ``rlhooks simulate`` write it at the end),
+    else what the metrics show (a run still running)."""
+    try:
+        summary = json.loads((Path(run.path).parent / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        summary = None
+    if isinstance(summary, dict) and summary.get("trainer"):
+        mode = summary.get("mode")
+        return f"{summary['trainer']}, {mode}" if mode else str(summary["trainer"])
+    asynchronous = any(k.startswith("staleness/") for k in run.series)
+    if any(k.startswith("sim/") for k in run.series):
+        return "simulated" + (", async" if asynchronous else "")
+    if "training/global_step" in run.series or any(k.startswith("actor/") for k in run.series):
+        return "verl" + (", async" if asynchronous else "")
+    return "-"
+
+
 def _runs_table(runs: list[RunData]) -> str:
     keys = [(k, label) for k, label in HEADLINE if any(r.has(k) for r in runs)]
-    head = "<tr><th>run</th><th>steps</th><th>status</th>" + "".join(f"<th>{_esc(lab if 'total' in lab else lab + ' (last)')}</th>" for _, lab in keys) + "</tr>"
+    val = {id(r): validation_accuracy(r) for r in runs}
+    lag = any(r.has("staleness/lag_mean") for r in runs)
+    head = ("<tr><th>run</th><th>trainer</th><th>steps</th><th>status</th>"
+            + ("<th>validation accuracy (first &rarr; last, mean over sources)</th>" if any(val.values()) else "")
+            + ("<th>lag (mean, policy updates)</th>" if lag else "")
+            + "".join(f"<th>{_esc(lab if 'total' in lab else lab + ' (last)')}</th>" for _, lab in keys) + "</tr>")
     rows = []
     for r in runs:
+        extra = ""
+        if any(val.values()):
+            v = val[id(r)]
+            extra += ("<td>-</td>" if v is None else
+                      f"<td class='num'>{_fmt(v[0])} (step {v[2]}) &rarr; {_fmt(v[1])} (step {v[3]})</td>")
+        if lag:
+            s = r.series.get("staleness/lag_mean")
+            finite = s[1][np.isfinite(s[1])] if s is not None else np.array([])
+            extra += f"<td class='num'>{_fmt(float(finite.mean()) if len(finite) else None)}</td>"
         cells = "".join(f"<td class='num'>{_fmt(r.last(k))}</td>" for k, _ in keys)
-        rows.append(f"<tr><td>{_esc(r.name)}</td><td class='num'>{r.n_steps}</td><td>{_esc(r.status or 'unfinished')}</td>{cells}</tr>")
+        rows.append(f"<tr><td>{_esc(r.name)}</td><td>{_esc(trainer_of(r))}</td><td class='num'>{r.n_steps}</td>"
+                    f"<td>{_esc(r.status or 'unfinished')}</td>{extra}{cells}</tr>")
     return "<table>" + head + "".join(rows) + "</table>"
 
 

@@ -32,6 +32,11 @@ class Panel:
     smooth: int = 1  # moving-average window
     #: a per-source panel: every ``source/<name>/<this>`` key, labelled by its (any) source name
     source_metric: str | None = None
+    #: the title when no run drawn is a simulated one (e.g. verl's real ``actor/*`` values); None: ``title``
+    real_title: str | None = None
+
+    def title_for(self, simulated: bool) -> str:
+        return self.title if simulated or self.real_title is None else self.real_title
 
     def matches(self, run: RunData) -> list[tuple[str, str]]:
         """(label, key) of the series this panel draws for ``run``, sorted by label."""
@@ -57,6 +62,16 @@ class Chart:
     title: str
     panels: tuple[Panel, ...]
     missing_note: str  # what it means when nothing was logged
+    #: the title when no run drawn is a simulated one; None: ``title``
+    real_title: str | None = None
+
+    def title_for(self, runs: list[RunData]) -> str:
+        return self.title if any_simulated(runs) or self.real_title is None else self.real_title
+
+
+def any_simulated(runs: list[RunData]) -> bool:
+    """Whether a run is the simulator's (its ``sim/*`` metrics): titles that say "simulated" are true only then."""
+    return any(key.startswith("sim/") for run in runs for key in run.series)
 
 
 CHARTS: tuple[Chart, ...] = (
@@ -66,7 +81,7 @@ CHARTS: tuple[Chart, ...] = (
         Panel("curriculum percentile", r"curriculum/percentile", "% of items unlocked"),
         Panel("filter kept ratio", r"filter/kept_ratio", "kept / generated groups"),
         # verl's validation (a real learner's curve: trainer.test_freq steps apart)
-        Panel("validation accuracy per source (verl)", r"val-core/(?P<label>.+)/acc/mean@1", "accuracy"),
+        Panel("validation accuracy per source (verl)", r"val-core/(?P<label>.+)/acc/mean@\d+", "accuracy"),
     ), "no accuracy, source, curriculum, filter or validation metrics"),
     Chart("batch_composition.png", "Batch composition per source", (
         Panel("trained rows per source", r"source/<name>/count", "trajectories", stacked=True, smooth=5, source_metric="count"),
@@ -101,14 +116,37 @@ CHARTS: tuple[Chart, ...] = (
         Panel("mean score per function", r"rewards/functions/(?P<label>[^/]+?)(?<!_std)", "score"),
         Panel("contribution to the total", r"contributions/(?P<label>[^/]+)", "%"),
     ), "no rewards/functions/* metrics (enable reward_monitor in rewards:)"),
+    # on a real run (verl) the actor/* panels are verl's own values, and the chart says so
     Chart("learner.png", "Simulated learner", (
         Panel("mean skill per source", r"sim/skill/(?P<label>.+)", "skill"),
         Panel("malformed-response rate", r"sim/malformed_rate/(?P<label>.+)", "rate"),
-        Panel("KL to the reference (simulated)", r"actor/kl_loss", "kl"),
-        Panel("update KL (simulated)", r"actor/ppo_kl", "kl"),
-        Panel("policy entropy (simulated)", r"actor/entropy", "entropy"),
-    ), "no sim/* metrics (not a simulated run)"),
+        Panel("KL to the reference (simulated)", r"actor/kl_loss", "kl", real_title="KL to the reference (actor/kl_loss)"),
+        Panel("update KL (simulated)", r"actor/ppo_kl", "kl", real_title="update KL (actor/ppo_kl)"),
+        Panel("policy entropy (simulated)", r"actor/entropy", "entropy", real_title="policy entropy (actor/entropy)"),
+    ), "no sim/* or actor/* metrics", real_title="Policy updates (verl's actor)"),
+    # asynchronous training (verl's colocate/separate async, simulate.async_lag): how old the trained
+    # trajectories were and what was evicted as too stale; a sync run logs none of it
+    Chart("staleness.png", "Asynchronous training: lag and stale evictions", (
+        Panel("lag of the trained trajectories", r"staleness/(?P<label>lag_mean|lag_max)", "policy updates"),
+        Panel("groups evicted as too stale", r"staleness/evicted_groups", "groups"),
+    ), "no staleness/* metrics (a synchronous run)"),
 )
+
+#: a series of at most this many points is drawn with markers: a run's only validation point (one step of
+#: val-core/*) is invisible as a line, and a few points trainer.test_freq apart are where the values are
+MARKER_POINTS = 30
+
+
+def _step_ticks():
+    """Ticks at whole steps (matplotlib imported on use, as the rest of this module)."""
+    from matplotlib.ticker import MaxNLocator
+
+    return MaxNLocator(integer=True)
+
+
+def line_marker(steps: np.ndarray) -> str | None:
+    """The marker of a line over ``steps`` (None: a plain line)."""
+    return "o" if len(steps) <= MARKER_POINTS else None
 
 
 def _smooth(y: np.ndarray, w: int) -> np.ndarray:
@@ -143,6 +181,7 @@ def render_chart(chart: Chart, runs: list[RunData], out_dir: Path) -> Path | Non
     # ...) is coloured by its run instead
     colour = series_colours(lab for _, per_run in panels for _, m in per_run for lab, k in m if lab != k)
     multi = len(runs) > 1
+    simulated = any_simulated(runs)
     for ax, (panel, per_run) in zip(axes.ravel(), panels):
         if panel.stacked and not multi:
             run, matches = per_run[0]
@@ -163,10 +202,11 @@ def render_chart(chart: Chart, runs: list[RunData], out_dir: Path) -> Path | Non
                     col = run_colour(r) if single else colour.get(lab, run_colour(r))
                     name = run.name if single else (f"{run.name} · {lab}" if multi else lab)
                     ax.plot(s, _smooth(v, panel.smooth), LINESTYLES[r % len(LINESTYLES)] if not single else "-",
-                            color=col, label=name, linewidth=1.6)
+                            color=col, label=name, linewidth=1.6, marker=line_marker(s), markersize=4)
         smoothed = panel.smooth > 1 and not (panel.stacked and not multi)
-        ax.set_title(panel.title + (f" (moving avg {panel.smooth})" if smoothed else ""), fontsize=10)
+        ax.set_title(panel.title_for(simulated) + (f" (moving avg {panel.smooth})" if smoothed else ""), fontsize=10)
         ax.set_xlabel("step", fontsize=9)
+        ax.xaxis.set_major_locator(_step_ticks())  # steps are whole: no "1.975" ticks around a lone point
         if panel.ylabel:
             ax.set_ylabel(panel.ylabel, fontsize=9)
         ax.grid(alpha=0.3)
@@ -176,7 +216,7 @@ def render_chart(chart: Chart, runs: list[RunData], out_dir: Path) -> Path | Non
                       ncol=min(len(handles), 4))
     for ax in axes.ravel()[len(panels):]:
         ax.set_visible(False)
-    title = chart.title + (" — " + " vs ".join(r.name for r in runs) if multi else f" — {runs[0].name}")
+    title = chart.title_for(runs) + (" — " + " vs ".join(r.name for r in runs) if multi else f" — {runs[0].name}")
     fig.suptitle(title, fontsize=12)
     out = out_dir / chart.file
     buf = io.BytesIO()

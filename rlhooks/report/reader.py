@@ -50,6 +50,12 @@ class RunData:
     def has(self, key: str) -> bool:
         return key in self.series
 
+    def series_steps(self) -> np.ndarray:
+        """Every step any metric was logged at, sorted."""
+        if not self.series:
+            return np.array([], dtype=np.int64)
+        return np.unique(np.concatenate([s for s, _ in self.series.values()]))
+
     def last(self, key: str) -> float | None:
         s = self.series.get(key)
         if s is None or not len(s[1]):
@@ -105,5 +111,5 @@ def load_run(run_dir: str | Path) -> RunData:
         rev_steps = steps[::-1]
         uniq, first_rev = np.unique(rev_steps, return_index=True)
         run.series[k] = (uniq, vals[::-1][first_rev])
-    run.n_steps = len(steps_seen)
+    run.n_steps = len({s for s in steps_seen if s >= 1})  # step 0: verl's validation before training
     return run

@@ -610,12 +610,16 @@ class HookPluginContract(
 
     def test_run_dir_files_are_claimed(self, harness: PluginHarness, trajectory_batch_factory: BatchFactory,
                                        prompt_batch_factory: BatchFactory) -> None:
-        """Every file the plugin creates in the run directory is claimed, so a rerun of the same run
-        name replaces it (an unclaimed file makes the rerun refuse)."""
+        """Every file the plugin creates in the run directory is the run's, so a rerun of the same run
+        name replaces it: claimed (``rlhooks.claim_output`` / ``open_output``), or created by the run's
+        process while the run held its directory (an older plugin's ``open``: the run's end records it).
+        One another process writes, one a library writes from native code (``torch.save`` to a path) and
+        one written after the run ended are not seen as the run's, and make the rerun refuse."""
         unclaimed, refusal = _claimed_run(harness, trajectory_batch_factory, prompt_batch_factory)
         assert not unclaimed, (
-            f"{describe(harness.plugin)} wrote {', '.join(map(repr, unclaimed))} into the run directory without "
-            f"claiming it: a rerun of the same run name would refuse to replace the run. Call "
+            f"{describe(harness.plugin)} left {', '.join(map(repr, unclaimed))} in the run directory, which rlhooks "
+            f"cannot tell is the run's (written by another process, from native code such as torch.save to a "
+            f"path, or after the run ended): a rerun of the same run name would refuse to replace the run. Call "
             f"rlhooks.claim_output(path) before creating it, or create it with rlhooks.open_output(path)"
         )
         assert refusal is None, f"a rerun of the run would refuse: {refusal}"

@@ -150,3 +150,17 @@ def test_console_opens_the_run_and_prints_above_a_progress_bar(tmp_path: Path, c
     for step in (1, 2, 3):
         assert f"step {step} | a {step}" in segments, out
     assert "run ended: success" in segments
+
+
+def test_console_default_line_shows_what_rlhooks_did_before_verls_metrics() -> None:
+    """Issue 38 item 1: a real V1 step's ~170 metrics (tests/monitoring/recorded/v1-train, step 2): validation,
+    per-source accuracy, the filter, rlhooks's share, rewards and alerts come before verl's actor/*."""
+    recorded = Path(__file__).resolve().parents[1] / "monitoring" / "recorded" / "v1-train" / "metrics.jsonl"
+    step2 = next(r["metrics"] for r in map(json.loads, recorded.read_text().splitlines())
+                 if r["kind"] == "metrics" and r["step"] == 2)
+    line = ConsoleBackend().format_metrics(2, step2)
+    shown = [part.rsplit(" ", 1)[0] for part in line.split(" | ")[1:-1]]
+    assert shown[:9] == ["val-core/add_carry/acc/mean@1", "val-core/add_small/acc/mean@1", "source/add_carry/acc",
+                         "source/add_small/acc", "task/acc", "filter/kept_ratio", "timing/rlhooks_share",
+                         "rewards/mean", "alerts/total"]
+    assert shown[9:] == ["actor/entropy", "actor/grad_norm", "actor/loss"] and line.endswith(f"+{len(step2) - 12} more")

@@ -28,11 +28,6 @@ PLUGINS_DIR = Path(rlhooks.__file__).parent / "plugins"
 HOSTING_MODULES = {
     # verl's custom reward function: resolves installed reward functions by name through the Registry
     "rewards/verl_adapter.py": "rlhooks.host",
-    # the link refusal for directories a library writes (wandb, tensorboard) and JSONL's no-follow error: not yet
-    # plugin API (a follow-up: claim_output refusing links inside any locked run directory, for third parties too)
-    "backends/jsonl.py": "rlhooks.core.rundir",
-    "backends/tensorboard_backend.py": "rlhooks.core.rundir",
-    "backends/wandb_backend.py": "rlhooks.core.rundir",
 }
 
 

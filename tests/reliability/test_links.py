@@ -175,9 +175,10 @@ def test_a_resumed_run_directory_never_appends_metrics_through_a_planted_link(tm
     monkeypatch.chdir(tmp_path)
     backend = JsonlBackend()
     run = SimpleNamespace(run_dir=run_dir, name="train", redacted_config=dict, stop_reason=None)
-    for hook in (lambda: backend.on_run_start(run=run), lambda: backend.on_run_end(status="failed")):
-        with pytest.raises(RunDirError, match=r"train/metrics\.jsonl is a symbolic link; rlhooks never writes"):
-            hook()
+    with rundir.locked(run_dir, "rlhooks train"):  # as the RunManager holds it while the run runs
+        for hook in (lambda: backend.on_run_start(run=run), lambda: backend.on_run_end(status="failed")):
+            with pytest.raises(RunDirError, match=r"train/metrics\.jsonl is a symbolic link to .*: rlhooks never writes"):
+                hook()
     assert victim.read_bytes() == VICTIM and (run_dir / "metrics.jsonl").is_symlink()
     assert not (tmp_path / "metrics.jsonl").exists()
 
@@ -199,7 +200,8 @@ def test_a_run_directory_that_is_a_link_is_refused_by_every_engines_lock(tmp_pat
 def test_a_resumed_run_directory_never_writes_a_backends_files_through_a_planted_directory_link(
         tmp_path: Path, backend: str) -> None:
     """A `tensorboard` or `wandb` link planted in a train run's directory (not cleared on a resume) made the
-    backend create its files in the link's target; now it refuses, naming the link, before its library loads."""
+    backend create its files in the link's target; now it refuses, naming the link, before its library loads
+    (through the public rlhooks.claim_output, which refuses links for every plugin: issue 37 item 10)."""
     from types import SimpleNamespace
 
     from rlhooks.plugins.backends.tensorboard_backend import TensorBoardBackend
@@ -212,7 +214,8 @@ def test_a_resumed_run_directory_never_writes_a_backends_files_through_a_planted
     (run_dir / backend).symlink_to(elsewhere)
     plugin = TensorBoardBackend() if backend == "tensorboard" else WandbBackend(WandbBackend.Options(mode="disabled"))
     run = SimpleNamespace(run_dir=run_dir, name="train", redacted_config=dict)
-    with pytest.raises(RunDirError, match=rf"train/{backend} is a symbolic link to .*elsewhere: rlhooks never writes"):
+    with rundir.locked(run_dir, "rlhooks train"), \
+            pytest.raises(RunDirError, match=rf"train/{backend} is a symbolic link to .*elsewhere: rlhooks never writes"):
         plugin.on_run_start(run=run)
     assert os.listdir(elsewhere) == []
 

@@ -219,17 +219,74 @@ def _ended_run(tmp_path: Path, write) -> Path:
     return rd.path
 
 
-def test_rerun_refusal_names_claim_output_for_a_file_written_during_the_run(tmp_path: Path) -> None:
+def _written_by_another_process(path: Path, text: str) -> None:
+    """A user's shell writing into the run directory (not the run's process: rlhooks does not see it)."""
+    subprocess.run(["sh", "-c", 'printf %s "$1" > "$2"', "sh", text, str(path)], check=True)
+
+
+def test_rerun_refusal_names_claim_output_for_a_file_written_during_the_run_by_another_process(tmp_path: Path) -> None:
     from rlhooks.core.rundir import RunDirectory
 
-    run_dir = _ended_run(tmp_path, lambda d: (d / "metrics.csv").write_text("step,value\n"))
+    run_dir = _ended_run(tmp_path, lambda d: _written_by_another_process(d / "metrics.csv", "step,value\n"))
     with pytest.raises(RunDirError) as err:
         RunDirectory.create(tmp_path, "r", command="rlhooks simulate")
     text = str(err.value)
     assert "holds 'metrics.csv', which the earlier run did not write" in text
-    assert "'metrics.csv' was written while the earlier run ran" in text
+    assert "'metrics.csv' was written while the earlier run ran, but not by the run's own process" in text
     assert "must call rlhooks.claim_output(path) before creating the file (or create it with rlhooks.open_output" in text
-    assert (run_dir / "metrics.csv").exists()  # nothing deleted
+    assert (run_dir / "metrics.csv").read_text() == "step,value\n"  # nothing deleted
+
+
+def test_files_a_plugin_of_the_run_wrote_without_claiming_them_are_the_runs(tmp_path: Path) -> None:
+    """Issue 37 item 10: a backend written before claim_output existed (plain open(), os.makedirs) made
+    the next run of that name refuse; what the run's process creates in its directory while the run holds
+    it is the run's, recorded at its end, so the rerun replaces it (and nothing else)."""
+    from rlhooks.core.rundir import RunDirectory
+
+    def write(d: Path) -> None:
+        with open(d / "metrics.csv", "w") as f:  # as a CSV backend written from the earlier docs does
+            f.write("step,value\n1,0.5\n")
+        os.makedirs(d / "plots" / "step_1")
+        (d / "plots" / "step_1" / "a.svg").write_text("<svg/>")
+
+    run_dir = _ended_run(tmp_path, write)
+    marker = json.loads((run_dir / MARKER_FILE).read_text())
+    assert {"metrics.csv", "plots", "plots/step_1/a.svg"} <= set(marker["files"])
+    rd = RunDirectory.create(tmp_path, "r", command="rlhooks simulate")  # replaces: no refusal
+    try:
+        assert sorted(os.listdir(run_dir)) == sorted([LOCK_FILE, MARKER_FILE])
+    finally:
+        rd.finish("success")
+
+
+def test_claim_output_and_open_output_refuse_a_link_in_any_locked_run_directory(tmp_path: Path) -> None:
+    """Issue 37 item 10: a third-party backend's directory (claim_output) or file (open_output, write_atomic)
+    in a run directory that is not cleared (`rlhooks train` resumes into it, holding only its lock) is never
+    written through a planted link, as the built-in backends' are; a path outside the run directory is the
+    user's choice and not checked."""
+    from rlhooks.core import rundir
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run_dir = tmp_path / "runs" / "train"
+    with rundir.locked(run_dir, "rlhooks train"):
+        (run_dir / "csv").symlink_to(outside)
+        (run_dir / "log.txt").symlink_to(outside / "log.txt")
+        with pytest.raises(RunDirError, match=r"train/csv is a symbolic link to .*outside: rlhooks never writes"):
+            rlhooks.claim_output(run_dir / "csv")
+        with pytest.raises(RunDirError, match=r"train/csv is a symbolic link to .*outside: rlhooks never writes"):
+            rlhooks.claim_output(run_dir / "csv" / "metrics.csv")
+        with pytest.raises(RunDirError, match=r"train/log.txt is a symbolic link to .*outside"):
+            rlhooks.open_output(run_dir / "log.txt", "a")
+        with pytest.raises(RunDirError, match=r"train/csv is a symbolic link"):
+            rlhooks.open_output(run_dir / "csv" / "metrics.csv")
+        with pytest.raises(RunDirError, match=r"train/csv is a symbolic link"):
+            rlhooks.write_atomic(run_dir / "csv" / "summary.json", "{}")
+        rlhooks.write_atomic(run_dir / "log.txt", "mine")  # a link at the name itself is replaced, not followed
+        assert not (run_dir / "log.txt").is_symlink()
+        (tmp_path / "elsewhere").symlink_to(outside)  # the user's own configured directory, outside the run
+        rlhooks.claim_output(tmp_path / "elsewhere" / "x")
+    assert os.listdir(outside) == []
 
 
 def test_rerun_refusal_does_not_blame_a_plugin_for_a_file_added_after_the_run(tmp_path: Path) -> None:
@@ -273,9 +330,9 @@ def test_open_output_never_writes_through_a_symlink(tmp_path: Path) -> None:
     try:
         (rd.path / "link.txt").symlink_to(outside / "precious.txt")
         (rd.path / "linkdir").symlink_to(outside, target_is_directory=True)
-        with pytest.raises(RunDirError, match="link.txt is a symbolic link; rlhooks never writes through one"):
+        with pytest.raises(RunDirError, match="link.txt is a symbolic link to .*rlhooks never writes a run's output"):
             rlhooks.open_output(rd.path / "link.txt", "a")
-        with pytest.raises(RunDirError, match="linkdir is .*rlhooks never writes a run.s file"):
+        with pytest.raises(RunDirError, match="linkdir is .*rlhooks never writes a run.s output"):
             rlhooks.open_output(rd.path / "linkdir" / "precious.txt")
         with pytest.raises(ValueError, match="mode must be 'w', 'a' or 'x'"):
             rlhooks.open_output(rd.path / "x.txt", "r")

@@ -215,3 +215,17 @@ def test_without_a_task_signal_the_kl_rule_speaks_with_low_confidence():
     assert rep.verdict.startswith("possible reward hacking (low confidence, no task signal")
     quiet = RewardAnalyzer(rising_history()).detect_reward_hacking()
     assert not quiet.detected and quiet.verdict.startswith("no sign of reward hacking (low confidence")
+
+
+def test_a_run_too_short_to_judge_gets_no_verdict():
+    """Issue 38 item 5: a 3-step run (KL grows from 0 at step 1 in every run) is too short to judge, not a warning."""
+    from rlhooks.plugins.rewards.analyzer import MIN_JUDGE_STEPS
+
+    rep = RewardAnalyzer(rising_history(n=3, kl=lambda i: 0.01 * 2 ** i)).detect_reward_hacking()
+    assert not rep.detected and rep.confidence == "none" and rep.evidence["too_short"]
+    assert rep.verdict.startswith("too short to judge: 3 steps logged") and str(MIN_JUDGE_STEPS) in rep.verdict
+    from rlhooks.report import hacking_class
+
+    assert hacking_class(rep.to_dict()) == "unknown"  # the report does not show it as clear
+    enough = RewardAnalyzer(rising_history(n=MIN_JUDGE_STEPS, kl=lambda i: 0.01 * 2 ** i)).detect_reward_hacking()
+    assert enough.detected and enough.confidence == "low"  # from MIN_JUDGE_STEPS on, the KL rule speaks

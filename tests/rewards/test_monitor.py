@@ -194,8 +194,9 @@ def test_alerts_histograms_and_run_end_summary(tmp_path):
     assert summary["alerts"]["by_metric"]["rewards/mean"] == {"count": 2, "first_step": 3, "last_step": 4}
     assert 0 <= summary["quality"]["quality_score"] <= 100
     assert set(summary["function_importance"]) == {"check_answer", "format_exact"}
-    assert summary["reward_hacking"]["detected"] is True  # KL grows while reward falls
-    assert any("KL grew" in r for r in summary["reward_hacking"]["reasons"])
+    # KL grows while reward falls, but 4 steps are too short to judge (issue 38 item 5: no warning)
+    assert summary["reward_hacking"]["detected"] is False and summary["reward_hacking"]["confidence"] == "none"
+    assert summary["reward_hacking"]["verdict"].startswith("too short to judge: 4 steps")
 
 
 def test_alerts_see_other_plugins_step_end_metrics(tmp_path):

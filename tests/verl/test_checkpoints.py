@@ -230,15 +230,30 @@ def test_a_kill_at_every_file_operation_of_a_save_leaves_a_tracked_complete_chec
 
 
 def test_rotation_removes_older_checkpoints_file_by_file_and_keeps_what_it_did_not_write(actor, tmp_path):
+    """Also issue 37 items 1-2 with verl's own FSDP files: a user's file in a step folder before its save is
+    not sealed nor rotated away, and a link planted at a step folder is refused before anything is written."""
     root, run_dir = tmp_path / "ckpt", tmp_path / "run"
     trainer = make_trainer(actor, root, run_dir, "trainer.max_actor_ckpt_to_keep=2")
     save(trainer, 1)
     (root / "global_step_1" / "NOTES.md").write_text("mine")
+    (root / "global_step_2" / "actor").mkdir(parents=True)
+    (root / "global_step_2" / "actor" / "MY_NOTES.txt").write_text("mine too")  # there before step 2's save
     for step in (2, 3, 4):
         save(trainer, step)
-    assert sorted(p.name for p in root.iterdir()) == ["global_step_1", "global_step_3", "global_step_4", TRACKER]
+    assert sorted(p.name for p in root.iterdir()) == ["global_step_1", "global_step_2", "global_step_3",
+                                                      "global_step_4", TRACKER]
     assert [p.name for p in (root / "global_step_1").iterdir()] == ["NOTES.md"]  # the user's file, nothing of ours
+    assert [str(p.relative_to(root)) for p in sorted((root / "global_step_2").rglob("*"))] == \
+        ["global_step_2/actor", "global_step_2/actor/MY_NOTES.txt"]
+    victim = tmp_path / "victim"
+    shutil.copytree(root / "global_step_4", victim)
+    before = {p: p.read_bytes() for p in victim.rglob("*") if p.is_file()}
+    (root / "global_step_5").symlink_to(victim)
+    with pytest.raises(RLHooksError, match=r"cannot save the checkpoint of step 5: .*global_step_5 is a symbolic link"):
+        save(trainer, 5)
+    assert {p: p.read_bytes() for p in victim.rglob("*") if p.is_file()} == before
     assert int((root / TRACKER).read_text()) == 4
+    (root / "global_step_5").unlink()
     assert resume(actor, root, run_dir)[1] == 4 and weights_step(actor) == 4
 
 
@@ -291,6 +306,17 @@ def test_training_from_scratch_into_a_run_directory_with_metrics_is_refused(acto
     with pytest.raises(RLHooksError, match="spliced"):
         resume(actor, root, run_dir, "trainer.resume_mode=disable")
     assert resume(actor, root, tmp_path / "new-run")[1] == 0  # a new run directory: from scratch
+
+
+def test_a_run_stopped_after_its_step_0_validation_starts_again(actor, tmp_path):
+    """Issue 38: verl's validation before training is logged as step 0; a run stopped before step 1 trained
+    nothing, so its rerun from scratch is not refused (and logs the same step 0 again)."""
+    root, run_dir = tmp_path / "ckpt", tmp_path / "run"
+    write_metrics(run_dir, [0])
+    assert resume(actor, root, run_dir)[1] == 0
+    write_metrics(run_dir, [0, 1])
+    with pytest.raises(RLHooksError, match=r"already holds the metrics of an earlier run \(from step 1\)"):
+        resume(actor, root, run_dir)
 
 
 def test_a_save_killed_before_the_first_commit_starts_a_new_run(actor, tmp_path):
@@ -360,6 +386,46 @@ def test_a_checkpoint_verl_wrote_alone_still_resumes(actor, tmp_path):
     assert step == 2 and weights_step(actor) == 2 and resumed.rl.loaded is None
 
 
+def test_a_checkpoint_another_run_wrote_is_refused_naming_both(actor, tmp_path, trainer_kind):
+    """rlhooks.pt names the run that wrote it (name, trainer, V1 mode): a run under another name, on the other
+    trainer or in another mode refuses it before verl loads a file, naming both; the run itself resumes
+    (issue 38, item 13: a second run silently resumed the first one's checkpoint and trained nothing)."""
+    root = tmp_path / "ckpt"
+    save(make_trainer(actor, root, tmp_path / "first"), 2)
+    with pytest.raises(RLHooksError) as err:
+        resume(actor, root, tmp_path / "second")
+    trainer = "the V1 trainer in mode sync" if trainer_kind == "v1" else "the legacy trainer"
+    assert (f"cannot resume from step 2: {root / 'global_step_2'} was written by run 'first' on {trainer}, and this "
+            f"is run 'second' on {trainer}: a run resumes only its own checkpoints") in str(err.value)
+    assert weights_step(actor) == -1  # refused before verl loaded the actor
+    other = "v1" if trainer_kind == "legacy" else "legacy"
+    _TRAINER["kind"] = other
+    with pytest.raises(RLHooksError, match=f"written by run 'first' on {trainer}, and this is run 'first' on the "
+                                           f"{'V1' if other == 'v1' else 'legacy'} trainer"):
+        resume(actor, root, tmp_path / "first")
+    _TRAINER["kind"] = trainer_kind
+    if trainer_kind == "v1":
+        with pytest.raises(RLHooksError, match="this is run 'first' on the V1 trainer in mode rlhooks_colocate_async"):
+            resume(actor, root, tmp_path / "first", "trainer.v1.trainer_mode=rlhooks_colocate_async")
+    resumed, step = resume(actor, root, tmp_path / "first")
+    assert step == 2 and weights_step(actor) == 2 and resumed.rl.loaded == {"sampler": {"value": 2}}
+
+@pytest.mark.parametrize("trainer_kind", ["v1"], indirect=True)  # V1 only
+def test_v1_saves_with_verls_checkpoint_callback_and_without_one_as_on_verl_main(actor, tmp_path):
+    """verl 0.9.1's V1 trainer has a checkpoint callback (called with the folder after the save); verl main's
+    has none (issue 39: the first save raised AttributeError there): the save completes and resumes."""
+    root, run_dir = tmp_path / "ckpt", tmp_path / "run"
+    trainer = make_trainer(actor, root, run_dir)
+    calls = []
+    trainer.checkpoint_callback.on_save = lambda **kw: calls.append(kw)
+    save(trainer, 1)
+    assert calls == [{"trainer": trainer, "global_step": 1, "checkpoint_dir": str(root / "global_step_1"),
+                      "async_save": False}]
+    del trainer.checkpoint_callback  # verl main's PPOTrainer.__init__ builds none
+    save(trainer, 2)
+    assert resume(actor, root, run_dir)[1] == 2
+
+
 @pytest.mark.parametrize("trainer_kind", ["v1"], indirect=True)  # V1 only: the legacy trainer has no replay buffer
 def test_v1_resumes_its_prompt_count_and_the_verdicts_on_groups_still_buffered(actor, tmp_path):
     """V1's uids count the prompts drawn, and groups judged before a checkpoint come back with verl's async
@@ -375,7 +441,7 @@ def test_v1_resumes_its_prompt_count_and_the_verdicts_on_groups_still_buffered(a
     assert resumed.rl.loaded == {"sampler": {"value": 2}} and resumed.rl.loaded_from == (2, str(root / "global_step_2"))
 
 
-@pytest.mark.slow  # three `rlhooks train` processes on the CPU learner (~1 min each here)
+@pytest.mark.slow  # four `rlhooks train` processes on the CPU learner (~1 min each here; one refused before Ray)
 @pytest.mark.parametrize("trainer_kind", ["v1"])  # once: the example config runs verl's default trainer, V1
 def test_rlhooks_train_refuses_a_damaged_or_deleted_checkpoint_in_one_line(tmp_path):
     """The documented CPU-learner commands: 2 steps with max_actor_ckpt_to_keep=1, then a truncated actor
@@ -395,6 +461,13 @@ def test_rlhooks_train_refuses_a_damaged_or_deleted_checkpoint_in_one_line(tmp_p
     assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
     ckpt = tmp_path / "runs" / "verl-cpu-tiny" / "checkpoints"
     assert sorted(p.name for p in ckpt.iterdir()) == ["global_step_2", TRACKER]  # rotated after the commit
+
+    # another run sharing the directory is refused before Ray (issue 38: it resumed step 2 and trained nothing)
+    other = run(*train, "rlhooks.run.name=other", f"trainer.default_local_dir={ckpt}", "trainer.total_training_steps=3")
+    assert other.returncode == 1 and "Traceback" not in other.stderr, other.stderr[-3000:]
+    assert ("was written by run 'verl-cpu-tiny' on the V1 trainer in mode rlhooks_sync, and this is run 'other' on "
+            "the V1 trainer in mode rlhooks_sync") in other.stderr, other.stderr[-3000:]
+    assert not (tmp_path / "runs" / "other" / "metrics.jsonl").exists()  # no run started
 
     model = ckpt / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt"
     model.write_bytes(model.read_bytes()[:100])

@@ -135,3 +135,6 @@ def test_the_cpu_learner_checks_separate_async_settings_before_ray_starts() -> N
     for key in ("actor_rollout_ref.rollout.nnodes", "checkpoint_engine.backend=cpu_gloo",
                 "parameter_sync_step", ".cpu()"):
         assert key in text, key
+    OmegaConf.update(good, "trainer.v1.separate_async.parameter_sync_step", 0)  # was read as 1 (issue 38)
+    with pytest.raises(ConfigError, match="parameter_sync_step: is 0: on the CPU learner it must be 1"):
+        ray_learner.check_v1_config(good)

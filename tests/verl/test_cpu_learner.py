@@ -302,17 +302,37 @@ def test_the_warm_start_is_deterministic_and_reused(assets, tmp_path):
     assert (a / "model.safetensors").stat().st_mtime_ns != stamp  # another recipe: rebuilt
 
 
+def _example_quick_try() -> list[str]:
+    """The quick-try command in examples/configs/verl_cpu_tiny.yaml's comments (after "For a quick try:")."""
+    import shlex
+
+    text = (Path(__file__).resolve().parents[2] / "examples" / "configs" / "verl_cpu_tiny.yaml").read_text()
+    lines = text.split("For a quick try:\n", 1)[1].splitlines()
+    command = ""
+    for line in lines:
+        part = line.lstrip("# ").split("  #")[0].strip()
+        command += " " + part.rstrip("\\").strip()
+        if not part.endswith("\\"):
+            break
+    return shlex.split(command)
+
+
 def test_the_example_config_is_a_valid_cpu_run(capsys, monkeypatch):
-    """examples/configs/verl_cpu_tiny.yaml passes `rlhooks train --dry-run` (verl's validate_config),
-    and trainer.device stays cpu (verl's auto_set_device would make it cuda without the cpu platform)."""
+    """examples/configs/verl_cpu_tiny.yaml's quick try (2 steps, validation on 32 prompts: data.val_max_samples)
+    passes `rlhooks train ... --dry-run` (verl's validate_config and rlhooks's start checks), and trainer.device
+    stays cpu (verl's auto_set_device would make it cuda without the cpu platform)."""
     from rlhooks.cli import main as rlhooks_main
 
+    command = _example_quick_try()
+    assert command[:4] == ["rlhooks", "train", "--config", "examples/configs/verl_cpu_tiny.yaml"], command
+    assert "data.val_max_samples=32" in command
     root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)
     with platform.installed():
-        assert rlhooks_main(["train", "--config", "examples/configs/verl_cpu_tiny.yaml", "--dry-run"]) == 0
+        assert rlhooks_main([*command[1:], "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "device: cpu" in out and "path: runs/tiny/policy" in out
+    assert "device: cpu" in out and "path: runs/tiny/policy" in out and "val_max_samples: 32" in out
+    assert "total_training_steps: 2" in out and "default_local_dir: runs/verl-cpu-tiny/checkpoints" in out
     assert "name: dapo" in out.split("# rlhooks (resolved)")[1]
 
 

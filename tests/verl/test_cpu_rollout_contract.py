@@ -183,6 +183,49 @@ def test_generation_is_token_output_seeded_per_request(server_parts):
     assert greedy[0].token_ids == greedy[1].token_ids
 
 
+def test_a_request_generates_the_same_alone_or_batched_with_others(server_parts):
+    """Requests delivered together are decoded as one batch; each still generates what it generates alone (its own
+    generator, float64 rows): a resumed run, whose requests share batches differently, regenerates the same."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(server_parts[1].local_path)
+    prompts = [list(tokenizer.apply_chat_template([{"role": "user", "content": f"What is {a} + 5?"}],
+                                                  add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"])
+               for a in (3, 4, 7)]
+    for sampling in ({"temperature": 2.0, "top_p": 1.0, "top_k": -1}, {"temperature": 2.0, "top_p": 0.9, "top_k": 8}):
+        sampling.update({"repetition_penalty": 1.0, "logprobs": True, "max_tokens": 8})
+        alone = [o for p in prompts for o in _tokens(_server(server_parts), p, n=4, **sampling)]
+        server = _server(server_parts)
+
+        async def together():
+            calls = [server.generate(p, dict(sampling), request_id=f"{i}-{j}") for i, p in enumerate(prompts) for j in range(4)]
+            return await asyncio.gather(*calls)
+
+        batched = asyncio.run(together())
+        assert [o.token_ids for o in batched] == [o.token_ids for o in alone]
+        assert [lp for o in batched for lp in o.log_probs] == pytest.approx([lp for o in alone for lp in o.log_probs])
+        if sampling["top_k"] == -1:
+            assert len({tuple(o.token_ids) for o in batched}) > len(prompts)  # sampled: a prompt's answers differ
+
+
+def test_a_weight_load_decodes_the_requests_delivered_before_it_first(server_parts):
+    """A request delivered before new weights generates with the old ones (as when requests ran one at a time)."""
+    server, reference = _server(server_parts), _server(server_parts)
+    prompt = [1, 5, 6, 7, 8]
+    expected = _tokens(reference, prompt, n=1)[0].token_ids
+    zeros = {k: torch.zeros_like(v) for k, v in server.model.state_dict().items()}
+
+    async def request_then_load():
+        request = asyncio.ensure_future(server.generate(prompt, {"temperature": 2.0, "top_p": 1.0, "top_k": -1,
+                                                                 "repetition_penalty": 1.0, "logprobs": True,
+                                                                 "max_tokens": 8}, request_id="r0"))
+        await asyncio.sleep(0)  # the request is queued, its batch window open
+        await server.load_weights(zeros, global_steps=1)
+        return await request
+
+    assert asyncio.run(request_then_load()).token_ids == expected
+
+
 def test_weights_load_from_the_actors_full_tensors(server_parts):
     server = _server(server_parts)
     state = {k: torch.zeros_like(v) for k, v in server.model.state_dict().items()}

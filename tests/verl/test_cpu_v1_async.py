@@ -9,7 +9,7 @@ different sampler and the rest of the built-ins (``RUNS``): colocate_async with 
 and with 1 (reward_curriculum, levelling up on the rewards of the groups not evicted; every group generated
 before the last update is evicted), and separate_async (dump_ucb; the trainer and a standalone CPU rollout
 server in separate resource pools and actors, weights moved by the CPU gloo checkpoint engine). multi_source and
-time_curriculum are the samplers of the async resume pairs (tests/verl/test_v1_resume.py: colocate_async and
+time_curriculum are the samplers of the async resume pairs (tests/verl/test_v1_resume_async.py: colocate_async and
 separate_async) and run on V1 sync (tests/verl/test_v1_builtins.py). rlhooks's metrics are read
 back from its jsonl backend and verl's from the same records (rlhooks merges them before verl logs).
 Slow: Ray and the runs cost minutes on 2 cores.

@@ -14,8 +14,11 @@ suite is in docs/DEVELOPMENT.md ("A cut-down V1 run").
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -173,6 +176,12 @@ def test_the_example_config_is_a_v1_cpu_run():
     assert list(cfg.reward.custom_reward_function.reward_kwargs.functions) == [
         "format_exact", "format_approx", "check_answer", "check_numbers"]
     ray_learner.check_v1_config(cfg)  # no config error
+    # issue 38, items 13-14: the run's own checkpoint directory, and no key that V1 ignores
+    from rlhooks.engines.verl.checks import v1_ignored_keys
+    from rlhooks.engines.verl.config import raw_block
+
+    assert cfg.trainer.default_local_dir == "runs/verl-cpu-tiny/checkpoints"
+    assert v1_ignored_keys(cfg, raw_block(cfg)) == []
 
 
 # -- `rlhooks train` on verl's V1 sync trainer, cut down (slow: see the marker) -----------------------
@@ -183,7 +192,8 @@ def test_the_example_config_is_a_v1_cpu_run():
 TRAIN_COMMAND_STEPS = 2
 
 
-def train_command(out: Path, name: str, policy_dir: Path, data: Path, *extra: str) -> list[str]:
+def train_command(out: Path, name: str, policy_dir: Path, data: Path, *extra: str,
+                  val_before_train: bool = False) -> list[str]:
     """``rlhooks train``'s arguments for the cut-down run: an rlhooks YAML (written to ``out``) with the dapo
     filter, two reward functions, source_metrics and reward_monitor (an alert that fires every step), and
     verl overrides for TRAIN_COMMAND_STEPS steps of 4 prompts x 4 answers with validation and a checkpoint at
@@ -204,7 +214,7 @@ def train_command(out: Path, name: str, policy_dir: Path, data: Path, *extra: st
             "data.train_batch_size=4", "data.seed=3", "data.val_max_samples=4",
             "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
             "actor_rollout_ref.rollout.val_kwargs.do_sample=false", "algorithm.adv_estimator=grpo",
-            "trainer.logger=[console]", "trainer.val_before_train=false",
+            "trainer.logger=[console]", f"trainer.val_before_train={str(val_before_train).lower()}",
             f"trainer.test_freq={TRAIN_COMMAND_STEPS}", f"trainer.save_freq={TRAIN_COMMAND_STEPS}",
             f"trainer.total_training_steps={TRAIN_COMMAND_STEPS}", "trainer.total_epochs=100",
             f"trainer.default_local_dir={out / 'ckpt'}", f"trainer.experiment_name={name}", *extra]
@@ -225,16 +235,37 @@ def train_command_run(cpu_v1_ray, tmp_path_factory):
     started = time.monotonic()
     policy_dir, data = runner.prepare(out / "tiny")
     prepared = time.monotonic()
-    args = train_command(out, "train-v1", policy_dir, data)
+    # the validation before training (issue 38: step 0 in metrics.jsonl) and the console backend (its line)
+    args = train_command(out, "train-v1", policy_dir, data, "rlhooks.backends=[console,jsonl]", val_before_train=True)
     before = set(placement_group_table())
     try:
-        code = main(args)
+        with terminal(out / "terminal.txt"):
+            code = main(args)
     finally:
         _release_the_runs_resources(before)
     print(f"rlhooks train on V1: prepare {prepared - started:.1f} s, run {time.monotonic() - prepared:.1f} s")
     run_dir = out / "runs" / "train-v1"
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return code, out, records
+
+
+@contextlib.contextmanager
+def terminal(path: Path):
+    """What a user's terminal would show, into ``path``: descriptors 1 and 2, and sys.stdout/sys.stderr writing
+    to them as outside pytest (Ray's log forwarding prints to sys.stdout/sys.stderr)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    saved, streams = (os.dup(1), os.dup(2)), (sys.stdout, sys.stderr)
+    sys.stdout.flush(), sys.stderr.flush()
+    os.dup2(fd, 1), os.dup2(fd, 2)
+    sys.stdout, sys.stderr = open(1, "w", buffering=1, closefd=False), open(2, "w", buffering=1, closefd=False)
+    try:
+        yield
+    finally:
+        sys.stdout.flush(), sys.stderr.flush()
+        sys.stdout, sys.stderr = streams
+        os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+        for d in (*saved, fd):
+            os.close(d)
 
 
 @pytest.mark.slow  # with it make test took 6 min 19 s on 2 idle cores (docs/DEVELOPMENT.md, "A cut-down V1 run")
@@ -261,3 +292,40 @@ def test_rlhooks_train_trains_on_verls_default_v1_trainer(train_command_run):
     assert accuracy and all(0.0 <= v <= 3.0 for v in accuracy.values()), accuracy
     assert (out / "ckpt" / f"global_step_{TRAIN_COMMAND_STEPS}" / "rlhooks.pt").is_file()
     assert [r["status"] for r in records if r["kind"] == "run_end"] == ["success"]
+
+
+@pytest.mark.slow  # the same run (train_command_run): what its user sees
+def test_what_rlhooks_train_shows_on_v1(train_command_run):
+    """Issue 38 items 1-5 on the real run: the console line puts rlhooks's metrics before verl's actor/*, the
+    initial validation is step 0 of metrics.jsonl, the run ends with a summary (summary.json, config.yaml), verl's
+    output is in verl.log and not on the terminal, and a 2-step run is too short for a hacking verdict."""
+    code, out, records = train_command_run
+    run_dir = out / "runs" / "train-v1"
+    shown = (out / "terminal.txt").read_text()
+    lines = shown.splitlines()
+    # item 1: the console backend's line of step 1 (rlhooks's own metrics first)
+    step1 = next(line for line in lines if line.startswith("step 1 | "))
+    names = [part.rsplit(" ", 1)[0] for part in step1.split(" | ")[1:]]
+    assert "filter/kept_ratio" in names and "timing/rlhooks_share" in names, step1
+    assert names.index("filter/kept_ratio") < min((i for i, n in enumerate(names) if n.startswith("actor/")), default=99)
+    # item 2: verl's validation before training, as step 0
+    step0 = [r["metrics"] for r in records if r["kind"] == "metrics" and r["step"] == 0]
+    assert step0 and any(k.startswith("val-core/") and "/acc/mean@" in k for k in step0[0]), step0
+    # item 3: the summary, its files
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "success" and summary["steps"] == TRAIN_COMMAND_STEPS and summary["mode"] == "rlhooks_sync"
+    assert {v["first_step"] for v in summary["validation"].values()} == {0}
+    assert {v["last_step"] for v in summary["validation"].values()} == {TRAIN_COMMAND_STEPS}
+    assert summary["trained_trajectories"] == TRAIN_COMMAND_STEPS * 4 * 4 <= summary["generated_trajectories"]
+    assert "# rlhooks (resolved)" in (run_dir / "config.yaml").read_text()
+    assert f"rlhooks train: train-v1: success, {TRAIN_COMMAND_STEPS} steps" in shown
+    assert f"  validation accuracy   step 0   step {TRAIN_COMMAND_STEPS}" in lines, shown[-3000:]
+    assert f"  verl's output: {run_dir / 'verl.log'}" in lines
+    # item 4: verl's output in verl.log, not on the terminal
+    log = (run_dir / "verl.log").read_text()
+    assert "'actor_rollout_ref'" in log and "'actor_rollout_ref'" not in shown  # verl's config dump
+    assert "Training Progress" in shown
+    assert len(lines) < 80 < len(log.splitlines()), (len(lines), shown[-3000:])
+    # item 5: 2 steps are too short for a reward-hacking verdict
+    assert "reward hacking check: too short to judge" in shown and "possible reward hacking" not in shown
+    print(shown)  # the terminal of a real run (docs/how-to/verl.md quotes it)

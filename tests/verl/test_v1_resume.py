@@ -9,14 +9,11 @@ step's row count, i.e. every generated row, before the filters, and every traine
 * ``rlhooks_sync`` with verl's ``algorithm.filter_groups`` (the rlhooks dapo filter) and the ``multi_source``
   sampler: the resumed step 3 is the straight run's step 3: the same prompts generated (uids, rows,
   rewards), the same groups trained, the same rlhooks metrics and an equal ``rlhooks.pt``.
-* ``rlhooks_colocate_async`` (multi_source) and ``rlhooks_separate_async`` (time_curriculum), each a pair of runs:
-  a checkpoint taken with groups in flight (verl saves TransferQueue and re-issues them); every prompt the run
-  drew is accounted for across the checkpoint: judged once, trained at most once, and the restored state plus
-  what the resumed step judged is the resumed run's state; the sampler goes on from its saved state.
+* the async modes' pairs are in ``test_v1_resume_async.py`` (its own file, so pytest-xdist's ``--dist loadfile``
+  runs them beside this one in the slow suite).
 
-Slow: six V1 runs; 30 min for the first four on this 2-core machine under load (sync 357 + 343 s, colocate_async
-528 + 405 s, see docs/DEVELOPMENT.md); with a bench run beside them, the async pairs took colocate_async 91 + 82 s
-and separate_async 185 + 137 s (8 min 38 s for both, 2026-11-26).
+Slow: two V1 runs (sync 357 + 343 s on this 2-core machine under load before the CPU rollout server batched its
+requests; see docs/DEVELOPMENT.md).
 """
 
 from __future__ import annotations
@@ -239,70 +236,3 @@ def test_a_resumed_run_saves_the_straight_runs_rlhooks_state(sync_runs):
     assert state["prompts_drawn"] == resumed_state["prompts_drawn"] > straight.state(2)["prompts_drawn"]
     # sync mode: nothing is in flight at a checkpoint, so verl saves no TransferQueue state
     assert not (straight.out / "ckpt" / "global_step_2" / "transfer_queue").exists()
-
-
-# -- rlhooks_colocate_async and rlhooks_separate_async: a checkpoint with groups in flight ----------------------
-
-
-@pytest.fixture(scope="module", params=["colocate_async", "separate_async"])
-def async_runs(cpu_v1_ray, tmp_path_factory, request):
-    from rlhooks.engines.verl.cpu import runner
-
-    mode = {"colocate_async": ["trainer.v1.trainer_mode=rlhooks_colocate_async"],
-            # the trainer and a standalone CPU rollout server apart, weights over the gloo checkpoint engine
-            "separate_async": runner.separate_async_overrides(4)}[request.param]
-    return _straight_and_resumed(tmp_path_factory, request.param, *mode,
-                                 # 3 versions: nothing drawn in a 3-step run ages out, so each group is trained, dropped by
-                                 # the filter, waiting in the buffer or generating at the end
-                                 "trainer.v1.sampler.max_off_policy_threshold=3",
-                                 # multi_source (adaptive weights) in one async mode, time_curriculum in the other
-                                 sampler={"colocate_async": MULTI_SOURCE, "separate_async": TIME_CURRICULUM}[request.param])
-
-
-def test_an_async_checkpoint_holds_groups_in_flight(async_runs):
-    straight, _ = async_runs
-    assert (straight.out / "ckpt" / "global_step_2" / "transfer_queue").is_dir()  # verl's async path is on
-    from rlhooks.engines.verl.v1.trainer import prompt_uid
-
-    drawn = {prompt_uid(i) for i in range(straight.state(2)["prompts_drawn"])}
-    judged = {g[0] for s in (1, 2) for g in straight.generated(s)}
-    assert drawn - judged  # drawn before the checkpoint, not finished and judged by then: in flight
-
-
-def test_an_async_resume_continues_the_samplers_state(async_runs):
-    straight, resumed = async_runs
-    for run in async_runs:  # the sampler, fed by the replay buffer, reports every step
-        assert all(any(k.startswith(("sampler/", "curriculum/")) for k in m) for m in run.metrics.values())
-    # the feedback batches it counted go on from the checkpoint's (a lost state starts again from 0)
-    at_checkpoint = straight.state(2)["components"]["sampler"]["feedback"]
-    assert 0 < at_checkpoint < resumed.state(3)["components"]["sampler"]["feedback"]
-    if "curriculum/level" in straight.metrics[2]:  # time_curriculum: its schedule is those batches
-        assert at_checkpoint == straight.metrics[2]["curriculum/level"] < resumed.metrics[3]["curriculum/level"] < 50
-
-
-def test_an_async_resume_neither_drops_nor_duplicates_a_group(async_runs):
-    from rlhooks.engines.verl.v1.trainer import prompt_uid
-
-    straight, resumed = async_runs
-    assert all(m["staleness/evicted_groups"] == 0 for run in async_runs for m in run.metrics.values())
-    at_checkpoint = straight.state(2)
-    judged_before = {g[0] for s in (1, 2) for g in straight.generated(s)}
-    trained_before = {u for s in (1, 2) for u in straight.trained_uids(s)}
-    judged_after = {g[0] for g in resumed.generated(3)}
-    trained_after = set(resumed.trained_uids(3))
-    assert not judged_before & judged_after  # a group judged before the checkpoint is not judged again
-    assert not trained_before & trained_after  # nor trained again
-    assert trained_before <= judged_before and trained_after <= judged_before | judged_after
-    # the groups kept before the checkpoint and not trained yet are still there, and train (or wait) after it
-    buffered = {uid for uid, verdict in at_checkpoint["judged_groups"].items() if verdict is None} - trained_before
-    waiting = set(resumed.state(3)["judged_groups"])
-    assert buffered <= trained_after | waiting
-    # every prompt drawn before the checkpoint: judged before it, or in flight and judged (or still generating) after
-    drawn = {prompt_uid(i) for i in range(at_checkpoint["prompts_drawn"])}
-    assert judged_after <= {prompt_uid(i) for i in range(resumed.state(3)["prompts_drawn"])}
-    in_flight = drawn - judged_before
-    assert in_flight & judged_after  # re-issued by verl, judged once in the resumed run
-    # the restored learning state plus the rows the resumed step judged is the resumed run's learning state
-    rows = np.array([g[2] for g in resumed.generated(3) if g[1].endswith("/0")], dtype=np.int64)
-    expected = learning_counts(at_checkpoint) + np.bincount(rows, minlength=len(learning_counts(at_checkpoint)))
-    assert np.array_equal(learning_counts(resumed.state(3)), np.minimum(expected, 65535))

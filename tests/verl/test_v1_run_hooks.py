@@ -106,6 +106,8 @@ def test_verls_v1_validation_reaches_plugins_per_source_and_their_metrics_are_lo
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     logged = {r["step"]: r["metrics"] for r in records if r["kind"] == "metrics"}
     assert logged[1]["held_out/sources"] == logged[2]["held_out/sources"] == 2  # merged into the step's metrics
+    # issue 38 item 2: the initial validation reaches metrics.jsonl as step 0 (the run's starting accuracy)
+    assert sorted(logged) == [0, 1, 2] and logged[0] == {**VAL, "held_out/sources": 2}
 
 
 def test_a_plugin_stops_verls_v1_loop_with_a_checkpoint_and_resume_fires_on_load(tmp_path, monkeypatch):

@@ -104,12 +104,13 @@ def test_the_rlhooks_async_modes_select_the_async_replay_buffer(mode) -> None:
     assert dict(cfg.trainer.v1.sampler.custom_sampler) == {"path": v1.ASYNC_REPLAY_BUFFER_PATH,
                                                            "name": v1.ASYNC_REPLAY_BUFFER_NAME}
     assert set(set_here) == {"trainer.v1.sampler.custom_sampler"}
-    # verl's own mode, chosen: the error names the rlhooks one (as for 'sync')
-    with pytest.raises(ConfigError, match=f"Set trainer.v1.trainer_mode={ours} ") as error:
-        select_v1_parts(_cfg(mode), [f"trainer.v1.trainer_mode={mode}"])
-    assert "not supported" not in str(error.value)
+    # verl's own mode, chosen: it runs as the rlhooks one (as 'sync' does; issue 38, item 11)
+    cfg = _cfg(mode)
+    assert select_v1_parts(cfg, [f"trainer.v1.trainer_mode={mode}"])["trainer.v1.trainer_mode"] == ours
+    assert cfg.trainer.v1.trainer_mode == ours
+    assert cfg.trainer.v1.sampler.custom_sampler.name == v1.ASYNC_REPLAY_BUFFER_NAME
     # a mode rlhooks does not extend (here one registered by another library) is still refused, saying so
-    with pytest.raises(ConfigError, match="not supported by rlhooks yet"):
+    with pytest.raises(ConfigError, match="'my_async' is not one of them, so it would train without them"):
         select_v1_parts(_cfg("my_async"), ["trainer.v1.trainer_mode=my_async"])
 
 

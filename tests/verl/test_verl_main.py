@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import textwrap
 
 from omegaconf import OmegaConf
@@ -343,16 +344,30 @@ def test_use_v1_false_keeps_the_legacy_trainer_and_touches_no_v1_key():
     assert cfg.trainer.v1.trainer_mode == "sync" and cfg.trainer.v1.sampler.custom_sampler.path is None
 
 
-def test_a_trainer_mode_the_user_chose_is_never_replaced():
+def test_verls_own_mode_names_run_as_the_rlhooks_trainers_of_those_modes_said_in_one_line(capsys):
+    """`rlhooks train` exists to run the hooks: verl's mode names (as verl's docs and scripts write them) run as the
+    rlhooks trainer of that mode, said in one line; rlhooks's own names are kept; a mode rlhooks does not extend
+    is refused (issue 38, item 11)."""
+    from rlhooks.engines.verl import v1
+
     cfg = build_config(None, ["trainer.v1.trainer_mode=rlhooks_sync"])
     assert cfg.trainer.v1.trainer_mode == "rlhooks_sync"
-    for mode, why in (("sync", "would train without them"), ("colocate_async", "as trainer mode 'rlhooks_colocate_async'"),
-                      ("separate_async", "as trainer mode 'rlhooks_separate_async'")):
-        with pytest.raises(ConfigError, match=rf"trainer.v1.trainer_mode: is '{mode}'.*{why}.*trainer.use_v1=false"):
-            build_config(None, [f"trainer.v1.trainer_mode={mode}"])
+    capsys.readouterr()
+    for mode, ours in (("sync", v1.TRAINER_MODE), *v1.ASYNC_TRAINER_MODES.items()):
+        cfg = build_config(None, [f"trainer.v1.trainer_mode={mode}"])
+        assert cfg.trainer.v1.trainer_mode == ours
+        buffer = v1.ASYNC_REPLAY_BUFFER_NAME if mode in v1.ASYNC_TRAINER_MODES else v1.REPLAY_BUFFER_NAME
+        assert cfg.trainer.v1.sampler.custom_sampler.name == buffer
+        said = [line for line in capsys.readouterr().err.splitlines() if "trainer.v1.trainer_mode" in line]
+        assert len(said) == 1 and f"runs trainer.v1.trainer_mode={mode} as {ours} (verl's {mode} trainer with the " \
+                                   "rlhooks hooks)" in said[0], said
+    with pytest.raises(ConfigError, match=r"trainer.v1.trainer_mode: is 'fully_async'.*not one of them.*"
+                                          r"trainer.use_v1=false") as err:
+        build_config(None, ["trainer.v1.trainer_mode=fully_async"])
+    assert str(err.value).startswith("invalid verl config")
     cfg = build_config(None, ["+trainer.v1.sampler.custom_sampler.path=pkg://my.buffer",
                               "+trainer.v1.sampler.custom_sampler.name=Mine"])
-    assert cfg.trainer.v1.sampler.custom_sampler.path == "pkg://my.buffer"  # the trainer checks it is ours
+    assert cfg.trainer.v1.sampler.custom_sampler.path == "pkg://my.buffer"  # kept; the start checks load it
 
 
 def test_filter_groups_null_metric_reads_as_each_trainer_reads_it():
@@ -495,3 +510,190 @@ def test_an_rlhooks_error_raised_in_the_task_runner_is_one_line_not_rays_traceba
     err = capsys.readouterr().err
     assert "error: cannot resume from step 3: the folder does not exist\n" in err
     assert "Traceback" not in err and "remote frames" not in err
+
+
+# -- bad input caught before Ray: the dry run and the real start run one validation (issue 38, items 9-14) --
+
+#: a config the start checks pass (verl's validate_config too): 4 prompts x 2 answers, micro-batches of 2
+CHECKED = [*MICRO, "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+           "actor_rollout_ref.rollout.n=2", "algorithm.adv_estimator=grpo", "trainer.n_gpus_per_node=1"]
+
+
+@pytest.fixture(scope="module")
+def checked():
+    """CHECKED composed once for the module (Hydra takes seconds); each test edits its own deep copy."""
+    from rlhooks.engines.verl.main import validate_verl_config
+
+    cfg = build_config(None, CHECKED)
+    validate_verl_config(copy.deepcopy(cfg))  # as composed, it passes
+    return cfg
+
+
+SEPARATE = {"trainer.v1.trainer_mode": "rlhooks_separate_async"}
+#: (verl keys set on CHECKED, what the one error says): each a value verl's trainer or workers refuse inside Ray
+BAD_INPUT = [
+    ({"trainer.v1.sampler.max_off_policy_threshold": "abc"},
+     "trainer.v1.sampler.max_off_policy_threshold: is 'abc': verl's replay buffer takes"),
+    ({"trainer.v1.sampler.max_off_policy_threshold": -1}, "max_off_policy_threshold: is -1"),
+    ({"trainer.v1.sampler.max_off_policy_threshold": 0}, "a whole number >= 1, or null for no limit"),
+    ({"trainer.v1.sampler.max_off_policy_strategy": "keep"}, "max_off_policy_strategy: is 'keep'"),
+    ({"algorithm.filter_groups.max_inflight_gen_batches": -5},
+     "algorithm.filter_groups.max_inflight_gen_batches: is -5: verl's replay buffer takes"),
+    ({"trainer.v1.sampler.custom_sampler.path": "/etc/passwd", "trainer.v1.sampler.custom_sampler.name": "Any"},
+     "trainer.v1.sampler.custom_sampler.path: is '/etc/passwd': not a Python file (.py)"),
+    ({"trainer.v1.sampler.custom_sampler.path": "/etc/passwd", "trainer.v1.sampler.custom_sampler.name": None},
+     "trainer.v1.sampler.custom_sampler.name: is unset while trainer.v1.sampler.custom_sampler.path is set"),
+    ({"trainer.v1.sampler.custom_sampler.path": "pkg://json", "trainer.v1.sampler.custom_sampler.name": "JSONDecoder"},
+     "is 'JSONDecoder' from 'pkg://json', not a subclass of RLHooksReplayBuffer"),
+    ({**SEPARATE, "trainer.v1.separate_async.parameter_sync_step": 0},
+     "trainer.v1.separate_async.parameter_sync_step: is 0: separate_async takes"),
+    ({**SEPARATE, "trainer.v1.separate_async.parameter_sync_step": 2},
+     "verl's separate_async needs data.train_batch_size (4) = trainer.v1.separate_async.parameter_sync_step (2) x "
+     "actor_rollout_ref.actor.ppo_mini_batch_size: set ppo_mini_batch_size=2"),
+    (SEPARATE, "actor_rollout_ref.rollout.checkpoint_engine.backend: is 'naive'"),
+    ({"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 3},
+     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu: is 3, which does not divide 8: each rank updates on "
+     "ppo_mini_batch_size x n / 1 data-parallel rank = 4 x 2 / 1 = 8 samples"),
+    ({"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 16},
+     "log_prob_micro_batch_size_per_gpu: is 16, which does not divide 8: each rank computes log-probs on"),
+    ({"actor_rollout_ref.actor.use_kl_loss": True, "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 5},
+     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu: is 5, which does not divide 8"),
+]
+
+
+@pytest.mark.parametrize("updates, says", BAD_INPUT, ids=[next(iter(u)).split(".")[-1] + f"-{i}"
+                                                          for i, (u, _) in enumerate(BAD_INPUT)])
+def test_the_start_checks_refuse_what_verl_refuses_inside_ray(checked, updates, says):
+    """Each value `--dry-run` passed on main and verl refused minutes later inside Ray (its replay buffer's
+    asserts, separate_async's, the workers' micro-batch split): one ConfigError naming the key and what to do."""
+    from rlhooks.engines.verl.main import validate_verl_config
+
+    cfg = copy.deepcopy(checked)
+    for key, value in updates.items():
+        OmegaConf.update(cfg, key, value, force_add=True)
+    with pytest.raises(ConfigError) as err:
+        validate_verl_config(cfg)
+    assert str(err.value).startswith("invalid verl config (from the command line)") and says in str(err.value)
+
+
+def test_the_start_checks_accept_what_verl_accepts(checked, tmp_path):
+    from rlhooks.engines.verl.main import validate_verl_config
+
+    buffer = tmp_path / "my_buffer.py"
+    buffer.write_text("from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer\n\n\n"
+                      "class Mine(RLHooksReplayBuffer):\n    pass\n")
+    for updates in ({"trainer.v1.sampler.max_off_policy_threshold": None},  # null: no limit
+                    {"trainer.v1.sampler.custom_sampler.path": str(buffer),
+                     "trainer.v1.sampler.custom_sampler.name": "Mine"},
+                    {**SEPARATE, "trainer.v1.separate_async.parameter_sync_step": 2,
+                     "actor_rollout_ref.actor.ppo_mini_batch_size": 2, "actor_rollout_ref.rollout.nnodes": 1,
+                     "actor_rollout_ref.rollout.n_gpus_per_node": 1,
+                     "actor_rollout_ref.rollout.checkpoint_engine.backend": "nccl",
+                     "trainer.v1.sampler.custom_sampler.path": "pkg://rlhooks.engines.verl.v1.async_trainers",
+                     "trainer.v1.sampler.custom_sampler.name": "RLHooksReplayBufferAsync"}):
+        cfg = copy.deepcopy(checked)
+        for key, value in updates.items():
+            OmegaConf.update(cfg, key, value, force_add=True)
+        validate_verl_config(cfg)
+
+
+@pytest.mark.parametrize("bad, says", [
+    ("trainer.v1.sampler.max_off_policy_threshold=abc", "trainer.v1.sampler.max_off_policy_threshold: is 'abc'"),
+    ("trainer.v1=5", "trainer.v1: is 5, not a mapping: verl's V1 trainer reads its settings under it"),
+])
+def test_the_dry_run_and_the_real_start_refuse_alike_before_ray(monkeypatch, capsys, bad, says):
+    """The real start and `--dry-run` (written after the overrides, as the issue's user did) give the same one
+    error, and verl's run_ppo (Ray) never starts; `trainer.v1=5` was a Python traceback (main.py)."""
+    import verl.trainer.main_ppo as main_ppo
+
+    started = []
+    monkeypatch.setattr(main_ppo, "run_ppo", lambda *args, **kwargs: started.append(args))
+    assert rlhooks_main(["train", *CHECKED, bad]) == 1
+    assert rlhooks_main(["train", *CHECKED, bad, "--dry-run"]) == 1
+    err = capsys.readouterr().err
+    assert err.count(says) == 2 and "Traceback" not in err and not started
+
+
+def test_flags_after_the_overrides_are_flags(tmp_path, capsys):
+    """`rlhooks train key=v --dry-run` (and --config there too) read as flags, not as overrides (item 10)."""
+    yaml_file = tmp_path / "rlhooks.yaml"
+    yaml_file.write_text("filters: [dapo]\n")
+    assert rlhooks_main(["train", *CHECKED, "--config", str(yaml_file), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "train_batch_size: 4" in out and "name: dapo" in out.split("# rlhooks (resolved)")[1]
+    with pytest.raises(SystemExit) as exit_:  # an unknown flag is argparse's usage error, not an override
+        rlhooks_main(["train", *CHECKED, "--dry-rn"])
+    assert exit_.value.code == 2 and "unrecognized arguments: --dry-rn" in capsys.readouterr().err
+
+
+def test_separate_async_on_the_cpu_learner_sets_what_it_needs_where_unset(tmp_path, monkeypatch, capsys):
+    """verl's `separate_async` on the CPU learner needs six settings (runner.separate_async_overrides): left unset,
+    `rlhooks train` sets them and says so in one line (item 12); one the user chose is kept, and a wrong one is
+    refused naming it (parameter_sync_step=0 used to read as 1)."""
+    from rlhooks.engines.verl import checks
+    from rlhooks.engines.verl.cpu import ray_learner, runner
+
+    monkeypatch.chdir(tmp_path)
+    base = [*runner.verl_overrides("policy", "train.parquet"), "data.train_batch_size=8",
+            "actor_rollout_ref.rollout.n=8", "trainer.v1.trainer_mode=separate_async"]
+    cfg = build_config(None, base)
+    assert cfg.trainer.v1.trainer_mode == "rlhooks_separate_async"
+    wanted = dict(o.split("=", 1) for o in runner.separate_async_overrides(8)[1:])
+    assert len(wanted) == 6 and {k: str(OmegaConf.select(cfg, k)) for k in wanted} == wanted
+    ray_learner.check_v1_config(cfg)
+    assert checks.start_issues(cfg) == []
+    said = [line for line in capsys.readouterr().err.splitlines() if "separate_async on the CPU learner: set" in line]
+    assert len(said) == 1 and all(f"{k}={v}" in said[0] for k, v in wanted.items()), said
+    cfg = build_config(None, [*base, "trainer.v1.separate_async.parameter_sync_step=0"])
+    assert cfg.trainer.v1.separate_async.parameter_sync_step == 0  # the user's, kept
+    issues = [str(i) for i in checks.start_issues(cfg)]
+    assert issues == ["verl.trainer.v1.separate_async.parameter_sync_step: is 0: on the CPU learner it must be 1 "
+                      "(verl keeps the old policy's weights with .cpu(), which does not copy a tensor already on the "
+                      "CPU); set it to 1 and actor_rollout_ref.actor.ppo_mini_batch_size=data.train_batch_size"]
+
+
+def test_a_runs_checkpoints_default_to_its_run_directory(capsys):
+    """verl's default trainer.default_local_dir (checkpoints/<project>/<experiment>) is shared by every run of
+    those names: it becomes the run's own directory; a directory the user chose is kept (item 13)."""
+    cfg = build_config(None, ["rlhooks.run.name=other", "rlhooks.run.out_dir=/data/runs"])
+    assert cfg.trainer.default_local_dir == "/data/runs/other/checkpoints"
+    assert "trainer.default_local_dir=/data/runs/other/checkpoints" in capsys.readouterr().err
+    assert build_config(None, ["trainer.use_v1=false"]).trainer.default_local_dir == "runs/gsm8k/checkpoints"
+    assert build_config(None, ["trainer.default_local_dir=/elsewhere"]).trainer.default_local_dir == "/elsewhere"
+
+
+def test_a_run_refuses_before_ray_to_resume_a_checkpoint_another_run_wrote(checked, tmp_path, monkeypatch, capsys):
+    """A checkpoint in this run's checkpoint directory written by another run (name, trainer or mode: rlhooks.pt
+    says who) is refused before Ray, naming both and the way out; its own resumes (item 13)."""
+    from rlhooks.engines.verl import checkpoints
+
+    monkeypatch.chdir(tmp_path)
+    ckpt = tmp_path / "runs" / "other" / "checkpoints"
+    (ckpt / "global_step_3").mkdir(parents=True)
+    legacy = build_config(None, ["trainer.use_v1=false"])
+    checkpoints.write_state(ckpt / "global_step_3", {"components": {}, checkpoints.OWNER_KEY:
+                                                     checkpoints.owner_of(legacy, "legacy")})
+    checkpoints.write_tracker(ckpt, 3)
+    args = ["train", *CHECKED, "rlhooks.run.name=other", "--dry-run"]
+    assert rlhooks_main(args) == 1
+    err = capsys.readouterr().err
+    assert (f"trainer.default_local_dir: this run would resume step 3: {ckpt / 'global_step_3'} was written by run "
+            "'legacy' on the legacy trainer, and this is run 'other' on the V1 trainer in mode rlhooks_sync") in err
+    assert "start it as it was (rlhooks.run.name=legacy trainer.use_v1=false)" in err and "Traceback" not in err
+    checkpoints.write_state(ckpt / "global_step_3", {"components": {}, checkpoints.OWNER_KEY:
+                                                     checkpoints.owner_of(checked, "other")})
+    assert rlhooks_main(args) == 0
+
+
+def test_keys_verls_v1_trainer_ignores_are_named_at_start(capsys):
+    """run.max_num_gen_batches / on_gen_limit (and verl's filter_groups.max_num_gen_batches) limit the legacy
+    trainer's generation rounds and do nothing on V1: one warning at start names them (item 14)."""
+    build_config(None, ["rlhooks.run.max_num_gen_batches=4", "rlhooks.run.on_gen_limit=continue"])
+    err = capsys.readouterr().err
+    assert ("rlhooks.run.max_num_gen_batches, rlhooks.run.on_gen_limit: the legacy trainer's limit on generation "
+            "rounds, which verl's V1 trainer ignores") in err
+    build_config(None, DOC_KEYS)
+    assert "algorithm.filter_groups.max_num_gen_batches: the legacy trainer's limit" in capsys.readouterr().err
+    build_config(None, ["trainer.use_v1=false", "rlhooks.run.max_num_gen_batches=4"])
+    build_config(None, [])
+    assert "the legacy trainer's limit" not in capsys.readouterr().err

@@ -129,6 +129,9 @@ def train(cluster: LocalRayCluster, plugin_site: Path, model_files: dict[str, Pa
         cwd=launch, env=env, capture_output=True, text=True, timeout=400,
     )
     output = res.stdout + res.stderr
+    verl_log = Path(out_dir) / NAME / "verl.log"  # an absolute run directory: Ray's forwarded lines are there
+    if verl_log.is_file():
+        output += verl_log.read_text()
     assert res.returncode == 0, output[-6000:]
     assert "Authentication token is missing or incorrect" not in output
     return res, json.loads(probe.read_text())

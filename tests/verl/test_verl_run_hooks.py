@@ -93,6 +93,8 @@ def test_verls_validation_reaches_plugins_per_source(tmp_path, data_file, tokeni
         core = [k for k in metrics if k.startswith(f"val-core/{source}/") and "/mean@" in k]
         assert m["score"] == metrics[core[0]]
     assert rec.logged[2]["held_out/sources"] == len(per_source)  # returned metrics: in the step's
+    # issue 38 item 2: the initial validation reaches the backends as step 0, what plugins returned with it
+    assert rec.logged[0] == {**vals[0][2], "held_out/sources": len(vals[0][3])}
 
 
 def test_a_plugin_stops_verls_loop_with_a_checkpoint_and_resume_fires_on_load(tmp_path, data_file, tokenizer):

@@ -36,6 +36,18 @@ def _in_range(lo: int, hi: int) -> Any:
     return check
 
 
+#: run.reward_timeout_s's default: generous (an LLM judge's batch), yet a hung function is named within minutes
+DEFAULT_REWARD_TIMEOUT_S = 300.0
+
+
+def _time_bound(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
+    from rlhooks.core.interrupt import check_time_bound
+
+    problem = check_time_bound(value)
+    if problem:
+        raise ValueError(problem)
+
+
 #: bounds of the run section (far beyond any real run; they stop typos like an extra 000 early)
 MAX_SEED = 2**32 - 1
 MAX_STEPS = 10**9
@@ -92,6 +104,9 @@ class RunOptions:
     #: size of a step's 2nd, 3rd... generation batch: "fixed" = gen_batch_size; "adaptive" = the
     #: prompts still needed / the step's kept ratio so far * 1.25, at least gen_batch_size / 6 (GRESO's rule)
     gen_batch_sizing: Literal["fixed", "adaptive"] = "fixed"
+    #: seconds one reward function call may take (a row; a whole batch for score_batch) before its rows score
+    #: error_score and count in rewards/errors/<name>, with a warning naming it (0: no bound)
+    reward_timeout_s: float = attrs.field(default=DEFAULT_REWARD_TIMEOUT_S, validator=_time_bound)
 
     def __attrs_post_init__(self) -> None:
         rows = self.effective_gen_batch_size * self.n

@@ -13,16 +13,22 @@ few attributes both trainers have).
    ``r < W`` for the contents in ``checkpoint.load_contents``; for a layout rlhooks does not know
    (Megatron's), a non-empty folder;
 2. ``data.pt`` (the dataloader's position) is there;
-3. ``rlhooks.pt`` (:data:`STATE_FILE`), written last, lists every file of the folder (1, 2 and any
-   other the save wrote) with its size (:data:`MANIFEST_KEY`), and each file still has that size.
+3. ``rlhooks.pt`` (:data:`STATE_FILE`), written last, lists every file the save wrote into the folder
+   (1, 2 and any other) with its size (:data:`MANIFEST_KEY`), and each file still has that size.
    A folder without ``rlhooks.pt`` was written by verl alone (or by an older rlhooks): 1 and 2
-   decide, and it resumes without rlhooks state.
+   decide, and it resumes without rlhooks state; unless it holds :data:`SAVING_FILE`, which an rlhooks
+   save writes first and removes once sealed: then it is a save that did not finish, never complete.
 
-**Save order** (:meth:`CheckpointWriter.save`): an earlier ``rlhooks.pt`` of the same step is removed
-first; the workers' files (verl's managers, with verl's rotation off); ``data.pt`` (atomic); any
+**Save order** (:meth:`CheckpointWriter.save`): first the checks, before anything is written: the
+state pickles, and the step folder, its role folders and what is in them are no symbolic link and no
+file where a folder must be (a link planted there would have the workers overwrite its target's files
+and rotation delete them). Then :data:`SAVING_FILE`; an earlier ``rlhooks.pt`` of the same step is
+removed; the workers' files (verl's managers, with verl's rotation off); ``data.pt`` (atomic); any
 further files (``before_seal``); the seal ``rlhooks.pt`` (atomic); the tracker (atomic): the commit;
 then the rotation, which removes only older checkpoints this process saved, file by file as their seal
-lists them, never the one just committed.
+lists them, never the one just committed. The seal lists only what the save wrote: a file that was in
+the folder before the save and that the save left alone (a user's) is recorded as not the checkpoint's
+(:data:`KEPT_KEY`), never size-checked nor rotated away.
 A kill at any point leaves the tracker naming a complete checkpoint (or no tracker before the first one).
 
 **Resume** (:func:`plan_resume`, ``resume_mode=auto``): the tracked checkpoint when it is complete; a
@@ -34,6 +40,12 @@ change made outside the run does (a deleted step, an edited tracker), and then a
 refusing loses nothing, while a wrong guess overwrites later checkpoints and re-logs their steps. A
 run that starts from scratch into a run directory whose ``metrics.jsonl`` already holds metrics is
 refused too: two runs would be spliced into one file.
+
+**Whose checkpoint.** ``rlhooks.pt`` names the run that wrote it (:data:`OWNER_KEY`: run name, trainer,
+V1 trainer mode). A run resumes only its own: a checkpoint written by another run (another name, the other
+trainer, another mode; e.g. two runs sharing one ``trainer.default_local_dir``) is refused naming both,
+before verl loads anything (:func:`check_owner`), and ``rlhooks train`` checks the same before Ray starts
+(:func:`owner_conflict`). A seal without the key (an older rlhooks) resumes as before.
 """
 
 from __future__ import annotations
@@ -41,9 +53,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import traceback
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +76,20 @@ DATA_FILE = "data.pt"
 STEP_PREFIX = "global_step_"
 #: the key in rlhooks.pt listing the checkpoint's files: {path relative to the folder: size in bytes}
 MANIFEST_KEY = "manifest"
+#: the key in rlhooks.pt listing the files found in the folder that the save did not write (a user's):
+#: never in the manifest, so never checked nor rotated away, also when ``reseal`` re-lists the folder
+KEPT_KEY = "not_saved"
+#: written first into the step folder by a save and removed once it is sealed: a folder holding it and no
+#: rlhooks.pt is a save that did not finish (killed, or failed), never a checkpoint to resume from
+SAVING_FILE = ".rlhooks-saving"
 #: what verl's FSDP checkpoint manager reads per content (FSDPCheckpointManager.load_checkpoint)
 FSDP_FILES = {"model": "model_world_size_{w}_rank_{r}.pt", "optimizer": "optim_world_size_{w}_rank_{r}.pt",
               "extra": "extra_state_world_size_{w}_rank_{r}.pt"}
 FSDP_CONFIG = "fsdp_config.json"
 DEFAULT_CONTENTS = ("model", "optimizer", "extra")
+#: the key in rlhooks.pt naming who wrote the checkpoint: {"run": name, "trainer": "v1"|"legacy", "mode": V1's
+#: trainer.v1.trainer_mode or None}
+OWNER_KEY = "written_by"
 
 
 class CheckpointError(RLHooksError):
@@ -169,6 +191,8 @@ def inspect_checkpoint(folder: str | Path, roles: Mapping[str, Sequence[str]], *
     problems = [p for role, contents in roles.items() for p in _role_problems(folder, role, contents)]
     if not (folder / DATA_FILE).is_file():
         problems.append(f"no {DATA_FILE}")
+    if os.path.lexists(folder / SAVING_FILE) and not (folder / STATE_FILE).exists():
+        problems.append(f"its save did not finish ({SAVING_FILE} is there, {STATE_FILE} is not)")
     state = None
     if read_seal and (folder / STATE_FILE).exists():
         try:
@@ -220,25 +244,31 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_state(folder: str | Path, state: Mapping[str, Any], manifest: Mapping[str, int] | None = None) -> Path:
-    """rlhooks.pt, atomically; ``manifest`` None keeps the one the file already holds (a rewrite after
-    on_step_end of a sealed checkpoint)."""
+def write_state(folder: str | Path, state: Mapping[str, Any], manifest: Mapping[str, int] | None = None,
+                kept: Sequence[str] | None = None) -> Path:
+    """rlhooks.pt, atomically; ``manifest`` (and ``kept``) None keeps what the file already holds (a
+    rewrite after on_step_end of a sealed checkpoint)."""
     import torch
 
     path = Path(folder) / STATE_FILE
     if manifest is None and path.exists():
-        manifest = read_state(folder).get(MANIFEST_KEY)
-    body = {**state, MANIFEST_KEY: dict(manifest or {})}
+        earlier = read_state(folder)
+        manifest = earlier.get(MANIFEST_KEY)
+        kept = earlier.get(KEPT_KEY) if kept is None else kept
+    body = {**state, MANIFEST_KEY: dict(manifest or {}), KEPT_KEY: sorted(kept or ())}
     _write_atomic(path, lambda tmp: torch.save(body, tmp))
     return path
 
 
 def reseal(folder: str | Path) -> Path:
-    """rlhooks.pt rewritten with every file the folder holds now: what plugins wrote in
-    ``on_save_checkpoint`` (after the seal) is then listed, so it is size-checked and rotated out with
-    the checkpoint instead of keeping the folder alive."""
-    state = {k: v for k, v in read_state(folder).items() if k != MANIFEST_KEY}
-    return write_state(folder, state, manifest_of(Path(folder)))
+    """rlhooks.pt rewritten with every file the folder holds now but the ones the save found there and
+    left alone (:data:`KEPT_KEY`): what plugins wrote in ``on_save_checkpoint`` (after the seal) is then
+    listed, so it is size-checked and rotated out with the checkpoint instead of keeping the folder alive."""
+    earlier = read_state(folder)
+    kept = [rel for rel in earlier.get(KEPT_KEY) or () if isinstance(rel, str)]
+    state = {k: v for k, v in earlier.items() if k not in (MANIFEST_KEY, KEPT_KEY)}
+    manifest = {rel: size for rel, size in manifest_of(Path(folder)).items() if rel not in set(kept)}
+    return write_state(folder, state, manifest, kept)
 
 
 def write_tracker(root: str | Path, step: int) -> None:
@@ -248,16 +278,74 @@ def write_tracker(root: str | Path, step: int) -> None:
 
 
 def manifest_of(folder: Path) -> dict[str, int]:
-    """{relative path: size} of every file the save wrote into ``folder`` (its temporary files and the
-    seal itself aside)."""
-    out: dict[str, int] = {}
+    """{relative path: size} of every file in ``folder`` (temporary and hidden files, links and the seal
+    itself aside)."""
+    return {rel: st.st_size for rel, st in _files_in(folder).items()}
+
+
+def _files_in(folder: Path) -> dict[str, os.stat_result]:
+    """{relative path: lstat} of the regular files under ``folder`` (names starting with '.', such as
+    temporary files, links and the seal aside); never follows a link."""
+    out: dict[str, os.stat_result] = {}
     for dirpath, _, files in os.walk(folder):
         for name in files:
             p = Path(dirpath) / name
-            if name.startswith(".") or p.is_symlink() or p == folder / STATE_FILE:
+            if name.startswith(".") or p == folder / STATE_FILE:
                 continue
-            out[str(p.relative_to(folder))] = p.stat().st_size
+            try:
+                st = os.lstat(p)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                out[str(p.relative_to(folder))] = st
     return out
+
+
+def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    """Whether a file is unchanged between two lstats (the same inode, size and times)."""
+    return (a.st_ino, a.st_dev, a.st_size, a.st_mtime_ns, a.st_ctime_ns) == \
+        (b.st_ino, b.st_dev, b.st_size, b.st_mtime_ns, b.st_ctime_ns)
+
+
+def _kind(path: Path) -> str:
+    """What ``path`` is, for an error message."""
+    if path.is_symlink():
+        return f"a symbolic link to {os.readlink(path)}"
+    return "a file" if path.exists() and not path.is_dir() else "a directory" if path.is_dir() else "missing"
+
+
+def check_state(state: Mapping[str, Any], where: str) -> None:
+    """A CheckpointError naming the entry of ``state`` that cannot be pickled (rlhooks.pt is a pickle)."""
+    import pickle
+
+    def fails(value: Any) -> str | None:
+        try:
+            pickle.dump(value, _Discard(), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - pickling runs the objects' own code: any error means the same
+            return _reason(exc)
+        return None
+
+    if fails(state) is None:
+        return
+    components = state.get("components")
+    names = components.get("__names__", {}) if isinstance(components, Mapping) else {}
+    entries = [*(("components", k, v) for k, v in components.items())] if isinstance(components, Mapping) else []
+    entries += [(None, k, v) for k, v in state.items() if k != "components"]
+    for section, key, value in entries:
+        reason = fails(value)
+        if reason is not None:
+            who = f"the state of {names.get(key, key)!r} at {key}" if section else f"the trainer's {key!r}"
+            raise CheckpointError(f"{where}: {who} cannot be pickled ({reason}); nothing of this checkpoint was "
+                                  f"written. Make its state_dict() return plain data (numbers, strings, lists, "
+                                  f"dicts, numpy arrays, tensors)")
+    raise CheckpointError(f"{where}: the rlhooks state cannot be pickled ({fails(state)}); nothing was written")
+
+
+class _Discard:
+    """A file that drops what is written: pickling into it checks a state without keeping a copy."""
+
+    def write(self, data: bytes) -> int:
+        return len(data)
 
 
 def remove_checkpoint(folder: Path) -> list[Path]:
@@ -269,7 +357,7 @@ def remove_checkpoint(folder: Path) -> list[Path]:
         log.warning("not rotating a checkpoint whose rlhooks.pt cannot be read", folder=str(folder), error=str(exc))
         return []
     removed = []
-    for rel in [*manifest, STATE_FILE]:
+    for rel in [*manifest, STATE_FILE, SAVING_FILE]:
         path = folder / rel
         if path.is_file() or path.is_symlink():
             path.unlink()
@@ -320,7 +408,12 @@ class CheckpointWriter:
         import torch
 
         folder = self.root / f"{STEP_PREFIX}{step}"
+        check_state(state, f"cannot save the checkpoint of step {step} ({folder})")
+        self.check_folder(step, workers)
         folder.mkdir(parents=True, exist_ok=True)
+        found = _files_in(folder)  # a user's files among them stay theirs unless this save rewrites them
+        earlier = self._earlier_files(folder)
+        _write_atomic(folder / SAVING_FILE, lambda tmp: Path(tmp).write_text(f"step {step}, pid {os.getpid()}\n"))
         stale = folder / STATE_FILE
         if stale.exists() or stale.is_symlink():  # a seal of an earlier save of this step must not cover new files
             stale.unlink()
@@ -330,11 +423,62 @@ class CheckpointWriter:
         _write_atomic(folder / DATA_FILE, lambda tmp: torch.save(dataloader_state, tmp))
         if before_seal is not None:
             before_seal(folder)
-        write_state(folder, state, manifest_of(folder))
+        now = _files_in(folder)
+        written = {rel: st.st_size for rel, st in now.items()
+                   if rel not in found or rel in earlier or not _same_file(found[rel], st)}
+        write_state(folder, state, written, kept=[rel for rel in now if rel not in written])
+        (folder / SAVING_FILE).unlink()
         _fsync_dir(folder)
         write_tracker(self.root, step)  # the commit
         self._rotate(folder)
         return folder
+
+    def check_folder(self, step: int, workers: Iterable[str]) -> None:
+        """Refuse, before anything is written, a step folder the save would write through: a symbolic link
+        (the step folder, a role folder such as ``actor``, or anything in them), or a file where a folder
+        must be. A CheckpointError saying what, where, and what to do; nothing is followed."""
+        folder = self.root / f"{STEP_PREFIX}{step}"
+        tracked, _ = read_tracker(self.root)
+        resumable, again = ((f"the tracker still names step {tracked}", "resume the run") if tracked is not None
+                            else ("no checkpoint of this run is tracked yet", "start the run again"))
+
+        def refuse(path: Path, why: str, fix: str) -> CheckpointError:
+            return CheckpointError(f"cannot save the checkpoint of step {step}: {path} is {_kind(path)}; {why}. "
+                                   f"Nothing of this checkpoint was written ({resumable}): {fix}, then {again}")
+
+        link_why = ("rlhooks never writes a checkpoint through a link (verl's workers would overwrite the files where "
+                    "it points, and rotation would later delete them)")
+        if self.root.exists() and not self.root.is_dir():
+            raise refuse(self.root, "trainer.default_local_dir must be a directory", "move that file away or set "
+                         "trainer.default_local_dir to a directory")
+        if folder.is_symlink():
+            raise refuse(folder, link_why, f"remove the link (rm {folder}; its target is not touched)")
+        if os.path.lexists(folder) and not folder.is_dir():
+            raise refuse(folder, "the checkpoint of that step must be a folder",
+                         f"move {folder} out of {self.root}")
+        for name in (*workers, DATA_FILE, STATE_FILE):
+            path = folder / name
+            must_be_dir = name not in (DATA_FILE, STATE_FILE)
+            if not path.is_symlink() and os.path.lexists(path) and path.is_dir() != must_be_dir:
+                raise refuse(path, f"the checkpoint's {name} must be a {'folder' if must_be_dir else 'file'}",
+                             f"move {path} out of {folder}")
+        if not folder.is_dir():
+            return
+        for dirpath, dirs, files in os.walk(folder):  # never descends into a linked directory: it is refused here
+            for name in sorted((*dirs, *files)):
+                path = Path(dirpath) / name
+                if path.is_symlink():
+                    raise refuse(path, link_why, f"remove the link or move it out of {folder} (its target is "
+                                 f"not touched)")
+
+    def _earlier_files(self, folder: Path) -> set[str]:
+        """The files an earlier save of this step sealed (the run's own: this save may list them again)."""
+        if not (folder / STATE_FILE).is_file():
+            return set()
+        try:
+            return {rel for rel in read_state(folder).get(MANIFEST_KEY) or {} if isinstance(rel, str)}
+        except CheckpointError:
+            return set()
 
     def _rotate(self, committed: Path) -> None:
         self.saved = [p for p in self.saved if p != committed] + [committed]
@@ -390,8 +534,10 @@ def _way_out(root: Path, roles: Mapping[str, Sequence[str]], *, exclude: Path | 
 
 
 def _first_metrics_step(metrics_file: Path) -> int | None:
-    """The step of the first metrics record in a run's metrics.jsonl (None: none), read line by line up
-    to it, so a long run's file is not read whole."""
+    """The step of the first metrics record of a trained step (1 or later) in a run's metrics.jsonl (None: none),
+    read line by line up to it, so a long run's file is not read whole. Step 0 is verl's validation before
+    training (val_before_train): a run stopped before its first step trained nothing, and its rerun logs
+    the same step 0 again."""
     if not metrics_file.is_file():
         return None
     with metrics_file.open("rb") as fh:
@@ -402,7 +548,8 @@ def _first_metrics_step(metrics_file: Path) -> int | None:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(record, dict) and record.get("kind") == "metrics" and isinstance(record.get("step"), int):
+            if (isinstance(record, dict) and record.get("kind") == "metrics" and isinstance(record.get("step"), int)
+                    and record["step"] >= 1):
                 return record["step"]
     return None
 
@@ -422,7 +569,24 @@ def check_fresh_start(metrics_file: str | Path, why: str) -> None:
 
 
 def plan_resume(config: Any, *, use_critic: bool, metrics_file: str | Path) -> ResumePlan:
-    """Where a run resumes from (module docstring, "Resume"); a CheckpointError when it must not start."""
+    """Where a run resumes from (module docstring, "Resume"); a CheckpointError when it must not start,
+    also when a step folder this run may save is a link or a file (refused at start, not after a step)."""
+    plan = _plan_resume(config, use_critic=use_critic, metrics_file=metrics_file)
+    root = Path(os.path.abspath(str(config.trainer.default_local_dir)))
+    if root.is_dir():
+        for entry in sorted(root.iterdir()):
+            step = step_of(entry)
+            if step is not None and step > plan.step and (entry.is_symlink() or not entry.is_dir()):
+                raise CheckpointError(
+                    f"{entry} is {_kind(entry)}: this run would save its checkpoint of step {step} there, and "
+                    f"rlhooks never writes a checkpoint through a link or over a file (verl's workers would "
+                    f"overwrite the files where a link points, and rotation would later delete them). Nothing "
+                    f"was written: remove it or move it out of {root} (a link's target is not touched), then "
+                    f"start again")
+    return plan
+
+
+def _plan_resume(config: Any, *, use_critic: bool, metrics_file: str | Path) -> ResumePlan:
     check_settings(config)
     trainer = config.trainer
     roles = roles_of(config, use_critic)
@@ -471,10 +635,82 @@ def _resume(found: Inspection, root: Path, roles: Mapping[str, Sequence[str]], n
     return ResumePlan(found.folder, found.step, found.state)
 
 
+# -- whose checkpoint -------------------------------------------------------------------------------
+def owner_of(config: Any, run_name: str) -> dict[str, Any]:
+    """Who writes (or would resume) checkpoints with this verl config, in the run named ``run_name``."""
+    from rlhooks.engines.verl.config import trainer_in_use
+
+    trainer = trainer_in_use(config)
+    mode = config.trainer.v1.get("trainer_mode", None) if trainer == "v1" else None
+    return {"run": str(run_name), "trainer": trainer, "mode": None if mode is None else str(mode)}
+
+
+def _who(owner: Mapping[str, Any]) -> str:
+    trainer = "V1" if owner.get("trainer") == "v1" else "legacy"
+    mode = f" in mode {owner['mode']}" if owner.get("mode") else ""
+    return f"run {owner.get('run')!r} on the {trainer} trainer{mode}"
+
+
+def _as_owner(owner: Mapping[str, Any]) -> str:
+    """The overrides that make a run the checkpoint's owner."""
+    out = [f"rlhooks.run.name={owner.get('run')}"]
+    if owner.get("trainer") == "v1":
+        out += ["trainer.use_v1=true"] + ([f"trainer.v1.trainer_mode={owner['mode']}"] if owner.get("mode") else [])
+    else:
+        out.append("trainer.use_v1=false")
+    return " ".join(out)
+
+
+def owner_problem(state: Mapping[str, Any] | None, folder: str | Path, current: Mapping[str, Any]) -> str | None:
+    """Why this run (``current``, :func:`owner_of`) must not resume the checkpoint ``folder`` whose rlhooks.pt
+    is ``state``; None when it may (its own, or a seal that names no owner)."""
+    written = (state or {}).get(OWNER_KEY)
+    if not isinstance(written, Mapping) or {k: written.get(k) for k in current} == dict(current):
+        return None
+    return (f"{folder} was written by {_who(written)}, and this is {_who(current)}: a run resumes only its own "
+            f"checkpoints. To continue that run, start it as it was ({_as_owner(written)}); to start this run "
+            f"afresh, give it its own trainer.default_local_dir (rlhooks train puts a run's checkpoints in its run "
+            f"directory, <run.out_dir>/<run.name>/checkpoints, unless that key is set)")
+
+
+def check_owner(plan: ResumePlan, current: Mapping[str, Any]) -> None:
+    """A CheckpointError when ``plan`` resumes a checkpoint another run wrote (:func:`owner_problem`)."""
+    problem = owner_problem(plan.state, plan.folder or "", current) if plan.folder is not None else None
+    if problem:
+        raise CheckpointError(f"cannot resume from step {plan.step}: {problem}")
+
+
+def resume_candidate(trainer_cfg: Any) -> Path | None:
+    """Before Ray: the checkpoint folder a start would resume (the tracked one with ``resume_mode=auto``, or
+    ``resume_from_path``) when it is on this machine with an rlhooks.pt; None otherwise (whatever else is
+    wrong with it is the trainer's :func:`plan_resume` to judge)."""
+    root = Path(os.path.abspath(str(trainer_cfg.default_local_dir)))
+    mode = trainer_cfg.get("resume_mode", "auto")
+    folder = None
+    if mode == "resume_path":
+        path = trainer_cfg.get("resume_from_path", None)
+        folder = Path(os.path.abspath(path)) if isinstance(path, str) and step_of(path) is not None else None
+    elif mode == "auto":
+        step, _ = read_tracker(root)
+        folder = root / f"{STEP_PREFIX}{step}" if step is not None else None
+    return folder if folder is not None and (folder / STATE_FILE).is_file() else None
+
+
+def owner_conflict(config: Any, run_name: str, folder: Path) -> str | None:
+    """What :func:`check_owner` will refuse in the trainer, said before Ray: ``folder``
+    (:func:`resume_candidate`) was written by another run than this one."""
+    try:
+        state = read_state(folder)
+    except CheckpointError:
+        return None  # plan_resume names an unreadable seal, with the way out
+    problem = owner_problem(state, folder, owner_of(config, run_name))
+    return None if problem is None else f"this run would resume step {step_of(folder)}: {problem}"
+
+
 def load_with_plan(trainer: Any, load: Callable[[], Any],
                    restore: Callable[[dict[str, Any]], None] | None = None) -> tuple[ResumePlan, Any]:
-    """A trainer's ``_load_checkpoint`` (both trainers): :func:`plan_resume` (a checkpoint that must not be
-    resumed is refused before verl touches it), verl's own loader (``load``: the trainer's
+    """A trainer's ``_load_checkpoint`` (both trainers): :func:`plan_resume` and :func:`check_owner` (a
+    checkpoint that must not be resumed is refused before verl touches it), verl's own loader (``load``: the trainer's
     ``super()._load_checkpoint``, whose rules pick ``plan.folder``), its failure as one :func:`load_error`,
     then the rlhooks components from ``rlhooks.pt``, the trainer's own saved state (``restore(state)``, before
     any plugin hears of the resume) and ``on_load_checkpoint``. Returns the plan and what ``load`` returned.
@@ -483,6 +719,7 @@ def load_with_plan(trainer: Any, load: Callable[[], Any],
     RunManager: ``run_dir``, ``load_state_dict``, ``checkpoint_loaded``)."""
     config = trainer.config
     plan = plan_resume(config, use_critic=trainer.use_critic, metrics_file=trainer.rl.run_dir / METRICS_FILE)
+    check_owner(plan, owner_of(config, Path(trainer.rl.run_dir).name))  # before verl loads another run's files
     try:
         out = load()
     except Exception as exc:

@@ -23,8 +23,9 @@ The trainer is the one verl's config selects: V1 (``trainer.use_v1=true``, verl'
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ import structlog
 
 from rlhooks.core.config import apply_overrides, load_yaml
 from rlhooks.core.errors import ConfigError, ConfigIssue, RLHooksError
+from rlhooks.engines.verl import checks
 from rlhooks.engines.verl.arguments import DEFAULT_CONFIG_NAME, add_arguments
 from rlhooks.engines.verl.config import BLOCK, VERL_SECTION, deep_merge, raw_block, rlhooks_config, trainer_in_use
 from rlhooks.engines.verl.ray_env import forward_rlhooks_env, warn_unshared_paths  # noqa: F401 (used by both runners, and by tests from here)
@@ -133,10 +135,53 @@ def build_config(rlhooks_yaml: str | None, args: Sequence[str], *, config_dir: s
     with open_dict(cfg):
         cfg[BLOCK] = OmegaConf.create(block)
         if trainer_in_use(cfg) == "v1":
+            shape = checks.v1_shape_issues(cfg)  # e.g. trainer.v1=5: before anything reads trainer.v1.*
+            if shape:
+                raise ConfigError(shape, "(from the verl config and the command line)", kind="verl config")
             select_v1_parts(cfg, verl_args)
             select_v1_rewards(cfg)
-    rlhooks_config(cfg)  # every rlhooks config error now, before Ray and the models start
+            if cfg.trainer.get("device") == "cpu" and cfg.trainer.v1.trainer_mode in checks.SEPARATE_ASYNC_MODES:
+                from rlhooks.engines.verl.cpu.runner import select_separate_async_settings
+
+                select_separate_async_settings(cfg, _chosen_keys(verl_args))
+            from rlhooks.engines.verl.v1 import check_v1_settings
+
+            check_v1_settings(cfg)  # verl V1 settings the rlhooks path refuses or carries over
+    run = rlhooks_config(cfg).run  # every rlhooks config error now, before Ray and the models start
+    with open_dict(cfg):
+        select_checkpoint_dir(cfg, verl_args, run)
+    if trainer_in_use(cfg) == "v1":
+        ignored = checks.v1_ignored_keys(cfg, raw_block(cfg))
+        if ignored:
+            log.warning(f"{', '.join(ignored)}: the legacy trainer's limit on generation rounds, which verl's V1 "
+                        "trainer ignores (its replay buffer refills evicted groups until the batch is full); "
+                        "algorithm.filter_groups.max_inflight_gen_batches bounds how much generates at once. "
+                        "Remove them, or run the legacy trainer with trainer.use_v1=false")
     return cfg
+
+
+#: verl 0.9.1's trainer.default_local_dir (ppo_trainer.yaml), as written before interpolation
+VERL_DEFAULT_LOCAL_DIR = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
+#: a run's checkpoints, under its run directory (core/rundir.py), when verl's config names no other place
+CHECKPOINTS_DIR = "checkpoints"
+
+
+def select_checkpoint_dir(cfg: Any, verl_args: Sequence[str], run: Any) -> str | None:
+    """``trainer.default_local_dir`` at verl's default (a directory per project and experiment, shared by every
+    run of the same names) becomes the run's own: ``<run.out_dir>/<run.name>/checkpoints``, said in one line.
+    One the user chose (command line, ``verl:`` section, a verl config of their own) is kept. Returns the
+    directory set (None: kept)."""
+    from omegaconf import OmegaConf
+
+    if "trainer.default_local_dir" in _chosen_keys(verl_args):
+        return None
+    if OmegaConf.to_container(cfg.trainer, resolve=False).get("default_local_dir") != VERL_DEFAULT_LOCAL_DIR:
+        return None
+    path = str(Path(run.out_dir) / run.name / CHECKPOINTS_DIR)
+    cfg.trainer.default_local_dir = path
+    log.info(f"verl's checkpoints go to the run's directory: trainer.default_local_dir={path} "
+             "(set trainer.default_local_dir to put them elsewhere)")
+    return path
 
 
 def _chosen_keys(verl_args: Sequence[str]) -> set[str]:
@@ -144,35 +189,42 @@ def _chosen_keys(verl_args: Sequence[str]) -> set[str]:
 
 
 def select_v1_parts(cfg: Any, verl_args: Sequence[str]) -> dict[str, Any]:
-    """On verl's V1 trainer, the rlhooks trainer mode and replay buffer, set only where the user chose none.
+    """On verl's V1 trainer, the rlhooks trainer mode and replay buffer, said in one warning.
 
     rlhooks runs on V1 through two of verl's extension points, both verl settings:
-    ``trainer.v1.trainer_mode`` (the rlhooks trainer registered as ``rlhooks_sync``: verl's sync trainer with
-    the hooks) and ``trainer.v1.sampler.custom_sampler`` (the rlhooks replay buffer, which runs the filters).
-    Left at verl's defaults (``sync``, none), they are set here and said so in one warning; a mode the user
-    chose that rlhooks does not extend is a ConfigError. Returns what was set.
-    """
+    ``trainer.v1.trainer_mode`` (the rlhooks trainers registered as ``rlhooks_sync``, ``rlhooks_colocate_async``
+    and ``rlhooks_separate_async``: verl's trainers of those modes with the hooks) and
+    ``trainer.v1.sampler.custom_sampler`` (the rlhooks replay buffer, which runs the filters).
+    ``rlhooks train`` exists to run the hooks, so verl's own mode names (``sync``, verl's default, and the two
+    asynchronous ones, as verl's docs and scripts write them) run as the rlhooks trainer of that mode; the
+    replay buffer is set when the user named none. A mode rlhooks does not extend is a ConfigError.
+    Returns what was set."""
     from rlhooks.engines.verl import v1
 
     chosen = _chosen_keys(verl_args)
     mode = cfg.trainer.v1.trainer_mode
     set_here: dict[str, Any] = {}
-    asynchronous = mode in v1.ASYNC_TRAINER_MODES.values()  # verl's async mode with the hooks (v1/async_trainers.py)
-    if mode != v1.TRAINER_MODE and not asynchronous:
+    said: list[str] = []
+    verl_modes = {v1.BASE_TRAINER_MODE: v1.TRAINER_MODE, **v1.ASYNC_TRAINER_MODES}  # verl's name -> rlhooks's
+    if mode in verl_modes:
+        cfg.trainer.v1.trainer_mode = set_here["trainer.v1.trainer_mode"] = verl_modes[mode]
         if "trainer.v1.trainer_mode" in chosen or mode != v1.BASE_TRAINER_MODE:
-            ours = v1.ASYNC_TRAINER_MODES.get(mode, v1.TRAINER_MODE)
-            base = mode if mode in v1.ASYNC_TRAINER_MODES else v1.BASE_TRAINER_MODE
-            raise ConfigError([ConfigIssue(
-                "trainer.v1.trainer_mode",
-                f"is {mode!r}: rlhooks train runs the rlhooks hooks on verl's V1 trainer as trainer mode "
-                f"{ours!r} (verl's {base!r} trainer with the hooks); {mode!r} would train without them"
-                + ("" if mode in (v1.BASE_TRAINER_MODE, *v1.ASYNC_TRAINER_MODES) else
-                   f" (rlhooks extends verl's sync and {', '.join(v1.ASYNC_TRAINER_MODES)} trainers; "
-                   f"its other asynchronous modes are not supported by rlhooks yet)")
-                + f". Set trainer.v1.trainer_mode={ours} (or leave it unset for {v1.TRAINER_MODE}), or "
-                f"trainer.use_v1=false for verl's legacy trainer",
-            )], "verl config")
-        cfg.trainer.v1.trainer_mode = set_here["trainer.v1.trainer_mode"] = v1.TRAINER_MODE
+            said.append(f"runs trainer.v1.trainer_mode={mode} as {verl_modes[mode]} (verl's {mode} trainer with "
+                        f"the rlhooks hooks)")
+            defaults = {}
+        else:
+            defaults = {"trainer.v1.trainer_mode": verl_modes[mode]}
+    elif mode in verl_modes.values():
+        defaults = {}
+    else:
+        raise ConfigError([ConfigIssue(
+            "trainer.v1.trainer_mode",
+            f"is {mode!r}: rlhooks train runs the rlhooks hooks on verl's V1 trainer in verl's modes "
+            f"{', '.join(verl_modes)} (as {', '.join(verl_modes.values())}); {mode!r} is not one of them, so it "
+            f"would train without them. Set one of those modes (or leave it unset for sync), or "
+            f"trainer.use_v1=false for verl's legacy trainer",
+        )], "(from the verl config and the command line)", kind="verl config")
+    asynchronous = cfg.trainer.v1.trainer_mode in v1.ASYNC_TRAINER_MODES.values()  # v1/async_trainers.py
     custom = cfg.trainer.v1.sampler.get("custom_sampler") or {}
     if not (custom.get("path") or custom.get("name")):
         from omegaconf import OmegaConf
@@ -180,11 +232,13 @@ def select_v1_parts(cfg: Any, verl_args: Sequence[str]) -> dict[str, Any]:
         buffer = ({"path": v1.ASYNC_REPLAY_BUFFER_PATH, "name": v1.ASYNC_REPLAY_BUFFER_NAME} if asynchronous
                   else {"path": v1.REPLAY_BUFFER_PATH, "name": v1.REPLAY_BUFFER_NAME})
         OmegaConf.update(cfg, "trainer.v1.sampler.custom_sampler", buffer, force_add=True)
-        set_here["trainer.v1.sampler.custom_sampler"] = buffer
-    if set_here:
+        set_here["trainer.v1.sampler.custom_sampler"] = defaults["trainer.v1.sampler.custom_sampler"] = buffer
+    if defaults:
+        said.append("sets these verl keys, which were at verl's defaults: "
+                    + ", ".join(f"{k}={v}" for k, v in defaults.items()))
+    if said:
         log.warning(
-            "rlhooks runs on verl's V1 trainer through verl's own extension points and sets these verl keys, "
-            "which were at verl's defaults: " + ", ".join(f"{k}={v}" for k, v in set_here.items())
+            "rlhooks runs on verl's V1 trainer through verl's own extension points and " + "; and ".join(said)
             + " (see docs/how-to/verl.md, 'Choosing the trainer'; trainer.use_v1=false runs the legacy trainer)",
         )
     return set_here
@@ -204,6 +258,11 @@ def adapter_reward_kwargs(config: Any) -> dict[str, Any]:
     options = {c.name: dict(c.raw) for c in fns if c.raw}
     if options:
         kwargs["options"] = options
+    from rlhooks.core.config.schema import DEFAULT_REWARD_TIMEOUT_S
+
+    timeout = rlhooks_config(config).run.reward_timeout_s
+    if timeout != DEFAULT_REWARD_TIMEOUT_S:  # the adapter's default is the config's
+        kwargs["timeout_s"] = float(timeout)
     return kwargs
 
 
@@ -265,8 +324,9 @@ def select_v1_rewards(cfg: Any) -> dict[str, Any]:
 
 
 def validate_verl_config(cfg: Any, source: str | None = None) -> None:
-    """verl's own ``validate_config``, as its main_ppo runs it before Ray starts (``--dry-run`` too);
-    a refusal is a ConfigError quoting verl, not a traceback."""
+    """verl's own ``validate_config``, as its main_ppo runs it before Ray starts, and rlhooks's checks of what
+    verl's trainer and workers would refuse later inside Ray (:func:`checks.start_issues`): the ``--dry-run``
+    and the real start run this one validation, and every problem found is in one ConfigError, not a traceback."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -274,14 +334,18 @@ def validate_verl_config(cfg: Any, source: str | None = None) -> None:
     from verl.utils.device import auto_set_device
 
     auto_set_device(cfg)
+    issues = checks.start_issues(cfg)
     try:
         validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     except (AssertionError, ValueError, KeyError, TypeError, OmegaConfBaseException, HydraException) as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise ConfigError([ConfigIssue(
+        issues.append(ConfigIssue(
             VERL_SECTION, f"verl's validate_config refused the verl config: {reason}. Set the verl keys it names "
             f"(under 'verl:' in the rlhooks YAML, or as key=value overrides on the command line)",
-        )], f"(from {source} and the command line)" if source else "(from the command line)", kind="verl config") from None
+        ))
+    if issues:
+        raise ConfigError(issues, f"(from {source} and the command line)" if source else "(from the command line)",
+                          kind="verl config") from None
 
 
 def cpu_learner(cfg: Any) -> bool:
@@ -296,8 +360,15 @@ def cpu_learner(cfg: Any) -> bool:
     return True
 
 
-def run(cfg: Any) -> None:
-    """verl's main_ppo for a composed config, with the rlhooks TaskRunner (or the CPU learner)."""
+def run(cfg: Any, session: Any = None) -> None:
+    """verl's main_ppo for a composed config, with the rlhooks TaskRunner (or the CPU learner). ``session``: the
+    driver's part of a run on a Ray TaskRunner (driver.DriverSession: signals forwarded to the TaskRunner)."""
+    def wrap(cls: Any) -> Any:
+        return session.runner_class(cls) if session is not None else cls
+
+    def call(fn: Callable[[], Any]) -> Any:
+        return session.run(fn) if session is not None else fn()
+
     if cpu_learner(cfg):
         from rlhooks.engines.verl.cpu import runner
 
@@ -306,8 +377,8 @@ def run(cfg: Any) -> None:
             from rlhooks.engines.verl.v1.runner import RLHooksTaskRunnerV1
 
             forward_rlhooks_env(cfg)
-            runner.run(cfg, RLHooksTaskRunnerV1)
-        else:
+            call(lambda: runner.run(cfg, wrap(RLHooksTaskRunnerV1)))
+        else:  # in this process: signals reach the trainer directly
             runner.run(cfg)
         return
     from verl.trainer.main_ppo import run_ppo
@@ -318,7 +389,7 @@ def run(cfg: Any) -> None:
         from rlhooks.engines.verl.v1.runner import RLHooksTaskRunnerV1 as task_runner
     else:  # imported only here: a verl without the legacy trainer runs V1
         from rlhooks.engines.verl.legacy.runner import RLHooksTaskRunner as task_runner
-    run_ppo(cfg, task_runner_class=task_runner)
+    call(lambda: run_ppo(cfg, task_runner_class=wrap(task_runner)))
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -336,16 +407,69 @@ def run_from_args(args: argparse.Namespace) -> int:
         print("# rlhooks (resolved)")
         print(rlhooks_config(cfg).to_yaml())
         return 0
-    metrics_file = run_metrics_file(cfg)
-    start = metrics_file.stat().st_size if metrics_file.is_file() else 0
+    from rlhooks.engines.verl import driver
+
+    # the run's lock before Ray starts and before anything reads its checkpoint: a second run of this name is
+    # refused now, not after start-up; the TaskRunner adopts it (driver.in_task_runner)
+    with driver.locked(cfg):
+        metrics_file = run_metrics_file(cfg)
+        start = metrics_file.stat().st_size if metrics_file.is_file() else 0
+        with run_output(cfg, metrics_file, start, show_all=bool(getattr(args, "verbose", False))):
+            try:
+                run(cfg, driver.DriverSession(cfg, metrics_start=start))
+            except Exception as exc:  # noqa: BLE001 - re-raised, unwrapped where Ray wrapped an rlhooks error
+                cause = raised_in_ray(exc)
+                if cause is not exc and isinstance(cause, RLHooksError):
+                    raise cause from None  # its one-line message, not Ray's remote traceback
+                failure = driver.explain_failure(exc, cfg)  # a full disk, a dead Ray process: one line
+                if failure is not None:
+                    raise failure from None
+                raise
+        return exit_code_of(run_outcome(metrics_file, start))
+
+
+@contextlib.contextmanager
+def run_output(cfg: Any, metrics_file: Path, start: int, *, show_all: bool = False) -> Iterator[None]:
+    """What ``rlhooks train`` shows around the run (issue 38): config.yaml in the run directory first; verl's
+    output into its verl.log with rlhooks's lines on the terminal (output.py; ``show_all``: everything);
+    at the end, also after a failure, summary.json and the summary's lines (summary.py)."""
+    import time
+
+    from rlhooks.engines.verl import summary
+    from rlhooks.engines.verl.output import verl_output
+
+    run_dir = metrics_file.parent
+    joined = joined_ray_cluster(cfg)
+    if joined and not run_dir.is_absolute():
+        # the TaskRunner resolves it where its node's `ray start` ran, not here: nothing of the run is here
+        log.warning(f"{BLOCK}.run.out_dir is relative and rlhooks train joins the Ray cluster at {joined}: the run "
+                    f"directory {run_dir} is written where the TaskRunner's node ran `ray start`, so this command "
+                    f"writes no config.yaml, verl.log or summary there and leaves verl's output on the terminal")
+        yield
+        return
     try:
-        run(cfg)
-    except Exception as exc:  # noqa: BLE001 - re-raised, unwrapped where Ray wrapped an rlhooks error
-        cause = raised_in_ray(exc)
-        if cause is not exc and isinstance(cause, RLHooksError):
-            raise cause from None  # its one-line message, not Ray's remote traceback
-        raise
-    return exit_code_of(run_outcome(metrics_file, start))
+        summary.write_config(cfg, run_dir)
+    except OSError as exc:
+        log.warning(f"cannot write {run_dir / summary.CONFIG_FILE}: {exc.strerror or exc}")
+    started = time.monotonic()
+    failed = True
+    try:
+        with verl_output(run_dir / summary.VERL_LOG, show_all=show_all):
+            yield
+        failed = False
+    finally:
+        summary.finish(cfg, metrics_file, start=start, seconds=time.monotonic() - started,
+                       trainer=trainer_in_use(cfg), failed=failed)
+
+
+def joined_ray_cluster(cfg: Any) -> str | None:
+    """The address of the Ray cluster ``run_ppo`` joins (``RAY_ADDRESS``, ``ray_kwargs.ray_init.address``);
+    None when it starts its own Ray here."""
+    import os
+
+    from omegaconf import OmegaConf
+
+    return os.environ.get("RAY_ADDRESS") or OmegaConf.select(cfg, "ray_kwargs.ray_init.address", default=None) or None
 
 
 def raised_in_ray(exc: BaseException) -> BaseException:

@@ -39,6 +39,23 @@ def _fmt(value: float | int, digits: int) -> str:
     return f"{value:.{digits}g}"
 
 
+#: without ``keys:``, these come first in this order (a verl step logs ~150 of verl's own metrics, whose
+#: ``actor/*`` would fill the line sorted alphabetically), then every other metric sorted
+FIRST = ("val-core/*/acc/mean@*", "sim/accuracy/mean", "source/*/acc", "task/acc", "filter/kept_ratio",
+         "staleness/lag_mean", "staleness/evicted_groups", "timing/rlhooks_share", "rewards/mean", "alerts/total",
+         "curriculum/level")
+
+
+def default_order(metrics: Mapping[str, Any]) -> list[str]:
+    """The metric names in the console's order without ``keys:``: ``FIRST``'s matches, then the rest sorted."""
+    rest = sorted(metrics)
+    first: list[str] = []
+    for pattern in FIRST:
+        first += [m for m in fnmatch.filter(rest, pattern) if m not in first]
+    taken = set(first)
+    return first + [m for m in rest if m not in taken]
+
+
 class ConsoleBackend:
     """Prints metrics (every ``interval`` steps) and tables in a human-readable form."""
 
@@ -47,7 +64,8 @@ class ConsoleBackend:
 
     @attrs.frozen(kw_only=True)
     class Options(DispatchOptions):
-        #: metric names or glob patterns to print, in this order; empty: every metric, sorted
+        #: metric names or glob patterns to print, in this order; empty: rlhooks's own first (validation,
+        #: per-source accuracy, filter, staleness, rlhooks's share, rewards, alerts), then the rest sorted
         keys: list[str] = attrs.field(factory=list)
         #: print metrics every N steps (step 1 is always printed)
         interval: int = attrs.field(default=1, validator=positive)
@@ -86,7 +104,7 @@ class ConsoleBackend:
 
     def _select(self, metrics: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], int]:
         if not self.options.keys:
-            names = sorted(metrics)
+            names = default_order(metrics)
         else:
             names = []
             seen: set[str] = set()

@@ -6,7 +6,6 @@ Every line is written with one ``write`` on a file opened for appending and unbu
 
 from __future__ import annotations
 
-import errno
 import math
 import os
 import time
@@ -18,9 +17,8 @@ import attrs
 import numpy as np
 import structlog
 
-from rlhooks import METRICS_FILE, claim_output, encode_record, hookimpl, nonfinite_name
+from rlhooks import METRICS_FILE, encode_record, hookimpl, nonfinite_name, open_output
 from rlhooks import read_records as read_records  # the format is core's; still importable here
-from rlhooks.core.rundir import RunDirError
 from rlhooks.plugins.backends._common import DispatchOptions, json_safe, to_number
 
 log = structlog.get_logger("rlhooks.backends")
@@ -46,6 +44,7 @@ class JsonlBackend:
         self.options = options if options is not None else self.Options()
         self.path: Path | None = None
         self._fd: int | None = None
+        self._file: Any = None  # the open file behind _fd
         self.lines = 0
         self._run: Any = None
 
@@ -56,18 +55,11 @@ class JsonlBackend:
         p = Path(self.options.path) if self.options.path else Path(DEFAULT_FILE)
         if not p.is_absolute():
             p = (run_dir if run_dir is not None else Path.cwd()) / p
-        claim_output(p)
-        p.parent.mkdir(parents=True, exist_ok=True)
         self.path = p
-        # O_APPEND + one os.write per line: lines from this writer are never interleaved or torn;
-        # O_NOFOLLOW: a link planted at the name (a resumed run's directory is not cleared) is not written through
-        try:
-            self._fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            if exc.errno != errno.ELOOP:
-                raise
-            raise RunDirError(f"{p} is a symbolic link; rlhooks never writes through one (it may point outside "
-                              f"the run directory): remove it, or choose another run.name / --out") from None
+        # claimed, never through a link planted at the name or above it (a resumed run's directory is not
+        # cleared); appended to, unbuffered: one os.write per line, so lines are never interleaved or torn
+        self._file = open_output(p, "ab", buffering=0)
+        self._fd = self._file.fileno()
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._fd is None:  # in a run whose start could not open the file: its run directory, never the cwd
@@ -133,6 +125,6 @@ class JsonlBackend:
         if run is not None and getattr(run, "stop_reason", None):  # a plugin's run.request_stop(reason)
             record["stop_reason"], record["stopped_by"] = run.stop_reason, run.stopped_by
         self._write(record)
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._file is not None:
+            self._file.close()
+            self._file, self._fd = None, None

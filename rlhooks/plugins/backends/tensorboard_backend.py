@@ -29,7 +29,6 @@ import numpy as np
 import structlog
 
 from rlhooks import claim_output, hookimpl
-from rlhooks.core.rundir import refuse_link
 from rlhooks.plugins.backends._common import DispatchOptions, columns_of, non_negative, plain, positive, to_number, truncate
 
 log = structlog.get_logger("rlhooks.backends")
@@ -143,9 +142,7 @@ class TensorBoardBackend:
                 d = Path(self.options.log_dir)
                 if not d.is_absolute():
                     d = (run_dir if run_dir is not None else Path.cwd()) / d
-                if run_dir is not None:  # a link planted in a resumed run's directory: never written through
-                    refuse_link(d, run_dir)
-                claim_output(d)
+                claim_output(d)  # also refuses a link planted in a resumed run's directory: never written through
                 d.mkdir(parents=True, exist_ok=True)
                 self.log_dir = d
                 self._existing = set(d.glob(EVENT_FILES))

@@ -44,7 +44,6 @@ import numpy as np
 import structlog
 
 from rlhooks import claim_output, hookimpl
-from rlhooks.core.rundir import refuse_link
 from rlhooks.plugins.backends._common import DispatchOptions, columns_of, json_safe, plain, to_number
 
 log = structlog.get_logger("rlhooks.backends")
@@ -178,12 +177,13 @@ class WandbBackend:
         d = Path(o.dir) if o.dir else Path(run.run_dir)
         if not d.is_absolute():
             d = Path(run.run_dir) / d
-        refuse_link(d / "wandb", run.run_dir)  # a link planted in a resumed run's directory: never written through
+        # wandb writes under <dir>/wandb; claimed before its library loads, which also refuses a link planted in
+        # a resumed run's directory (never written through)
+        claim_output(d / "wandb")
+        claim_output(d)
 
         import wandb  # heavy: only when a run uses it
 
-        claim_output(d / "wandb")  # wandb writes under <dir>/wandb
-        claim_output(d)
         d.mkdir(parents=True, exist_ok=True)
         resume = o.resume or ("allow" if self._resumed else None)
         kwargs: dict[str, Any] = dict(

@@ -73,6 +73,9 @@ MIN_STEPS = 3
 TASK_SIGNALS = ("task/acc", "val/acc", "val/accuracy")
 #: fewest steps with both the reward and the task signal for the early/late comparison
 MIN_TASK_STEPS = 6
+#: fewest logged steps for any verdict: below it (a 3-step try) the check says the run is too short to
+#: judge, since KL grows from 0 at step 1 in every run and one or two steps carry no trend
+MIN_JUDGE_STEPS = MIN_TASK_STEPS
 #: standard errors the task signal must fall from its best earlier window for the late-shortcut rule
 #: (the best of many windows is biased upward, hence stricter than the early/late rule)
 PEAK_Z = 3.0
@@ -116,7 +119,7 @@ class HackingReport:
     suspect_functions: list[str]
     #: one sentence: the verdict, its confidence and the numbers it rests on
     verdict: str = ""
-    #: "high" | "medium" | "low" ("low": no task signal, the KL rule alone)
+    #: "high" | "medium" | "low" ("low": no task signal, the KL rule alone) | "none" (too few steps to judge)
     confidence: str = "low"
     #: the metric that measured real performance (None: the run had none)
     task_signal: str | None = None
@@ -398,6 +401,7 @@ class RewardAnalyzer:
         errors (or rose by 2 for a "no"), medium otherwise. Without a task signal the verdict rests on
         KL alone (KL growing by >= min_kl_growth of its mean and kl_ratio times faster than the
         reward): confidence low, since honest learning also moves the policy away from the reference.
+        Fewer than MIN_JUDGE_STEPS steps: no verdict ("too short to judge", confidence "none").
         ``window`` limits the check to the last steps; ``rise_threshold`` is the trend a function needs
         to be a suspect. A first argument that is a metric name or a series of numbers is taken as the
         performance metric (the older call)."""
@@ -438,7 +442,12 @@ class RewardAnalyzer:
             pairs = (r[ok][last], t[ok][last])
         p_trend = _corr_with_time(pairs[1]) if pairs is not None and len(pairs[1]) >= 2 else None
 
-        if pairs is not None and len(pairs[0]) >= MIN_TASK_STEPS:
+        if len(reward) < MIN_JUDGE_STEPS:
+            detected, reasons, confidence = False, [], "none"
+            evidence["too_short"] = True
+            verdict = (f"too short to judge: {len(reward)} step{'s' if len(reward) != 1 else ''} logged, the check "
+                       f"needs {MIN_JUDGE_STEPS} (no verdict on reward hacking)")
+        elif pairs is not None and len(pairs[0]) >= MIN_TASK_STEPS:
             detected, reasons, confidence, verdict = self._task_verdict(
                 name or "performance", pairs, evidence, min_reward_rise, task_z)
             if kl_growth is not None and kl_growth >= min_kl_growth and kl_growth > kl_ratio * max(r_growth, 0.0):

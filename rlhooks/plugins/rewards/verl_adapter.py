@@ -24,6 +24,9 @@ so the components reach the batch (and the DAPO filter's default ``acc`` metric 
 * error_score: the score of a function that raises on a sample (default 0.0), or ``{name: score}``
   per function (as ``error_score`` on a ``rewards:`` entry; unnamed ones 0.0); such failures are
   counted in ``reward_errors`` for that sample, like ``rewards/errors/<name>`` in rlhooks runs.
+* timeout_s: the bound on one function's call for one sample (``run.reward_timeout_s``, default 300 s; 0: no
+  bound): past it the sample scores the function's error_score, counts in ``reward_errors``, and a warning
+  names the function (the call is left to finish in a thread).
 * acc: 1.0 when ``check_answer`` gives 1.5 or more (exact or normalized match), else 0.0.
 """
 
@@ -37,6 +40,8 @@ from typing import Any
 
 import structlog
 
+from rlhooks.core.config.schema import DEFAULT_REWARD_TIMEOUT_S
+from rlhooks.core.rewards import RewardTimeout, call_bounded, timeout_message
 from rlhooks.plugins.rewards.functions import BUILTIN_FUNCTIONS, check_answer
 
 log = structlog.get_logger("rlhooks.rewards.verl")
@@ -147,6 +152,7 @@ def compute_score(
     weights: Mapping[str, float] | Sequence[float] | None = None,
     error_score: float | Mapping[str, float] = 0.0,
     options: Mapping[str, Mapping[str, Any]] | None = None,
+    timeout_s: float | None = DEFAULT_REWARD_TIMEOUT_S,
     **kwargs: Any,
 ) -> dict[str, float]:
     """verl custom reward function: weighted total in ``score``, each function's score by name."""
@@ -164,7 +170,11 @@ def compute_score(
         failed[name] = 0.0
         error_score = error_scores[name]
         try:
-            value = float(fn(solution_str, target, **info))
+            value = float(call_bounded(lambda: fn(solution_str, target, **info), timeout_s))  # noqa: B023 - called at once
+        except RewardTimeout:  # verl's reward loop would wait for it forever: the sample is this function's error
+            value = float(error_score)
+            failed[name] = 1.0
+            log.warning(timeout_message(name, float(timeout_s or 0), 1, error_score), plugin=name)
         except Exception as exc:  # noqa: BLE001 - one bad sample must not stop verl's reward loop
             value = float(error_score)
             failed[name] = 1.0

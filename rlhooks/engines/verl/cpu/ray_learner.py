@@ -35,7 +35,17 @@ def uses_v1(cfg: Any) -> bool:
 
 def check_v1_config(cfg: Any) -> None:
     """The keys V1 on the CPU needs, as a ConfigError naming each, not a failure inside a Ray actor."""
-    from rlhooks.core.errors import ConfigError, ConfigIssue
+    from rlhooks.core.errors import ConfigError
+
+    issues = v1_config_issues(cfg)
+    if issues:
+        raise ConfigError(issues, "(the verl config)", kind="verl config")
+
+
+def v1_config_issues(cfg: Any) -> list:
+    """What :func:`check_v1_config` refuses, as ConfigIssues (``rlhooks train`` checks them before Ray, with
+    its other checks: engines/verl/checks.py)."""
+    from rlhooks.core.errors import ConfigIssue
 
     rollout = cfg.actor_rollout_ref.rollout
     issues = []
@@ -48,8 +58,7 @@ def check_v1_config(cfg: Any) -> None:
                                   "tensor/data/pipeline_model_parallel_size to 1"))
     if separate_async(cfg):
         issues += _separate_async_issues(cfg)
-    if issues:
-        raise ConfigError(issues, "(the verl config)", kind="verl config")
+    return issues
 
 
 def separate_async(cfg: Any) -> bool:
@@ -85,11 +94,11 @@ def _separate_async_issues(cfg: Any) -> list:
                                   "other than 'naive', and verl's need GPUs; set checkpoint_engine.backend="
                                   f"{checkpoint_engine.BACKEND} and checkpoint_engine.custom_backend_module="
                                   f"{checkpoint_engine.__name__} (gloo on the host CPU)"))
-    sync_step = int(OmegaConf.select(cfg, "trainer.v1.separate_async.parameter_sync_step", default=1) or 1)
-    if sync_step != 1:
+    sync_step = OmegaConf.select(cfg, "trainer.v1.separate_async.parameter_sync_step", default=1)
+    if sync_step != 1 or isinstance(sync_step, bool):  # as written: 0 is not 1
         # DetachActorWorker keeps pi_old with fsdp2_sharded_save_to_cpu, whose .cpu() of a CPU tensor is the
         # tensor itself: the optimizer would update the saved copy in place and pi_old would be the new policy
-        issues.append(ConfigIssue("verl.trainer.v1.separate_async.parameter_sync_step", f"is {sync_step}: on the CPU "
+        issues.append(ConfigIssue("verl.trainer.v1.separate_async.parameter_sync_step", f"is {sync_step!r}: on the CPU "
                                   "learner it must be 1 (verl keeps the old policy's weights with .cpu(), which does "
                                   "not copy a tensor already on the CPU); set it to 1 and "
                                   "actor_rollout_ref.actor.ppo_mini_batch_size=data.train_batch_size"))

@@ -21,12 +21,13 @@ how-many-th such request this is), so a resumed run regenerates what the uninter
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import ray
 import torch
@@ -41,6 +42,45 @@ ROLLOUT_NAME = "cpu"
 SERVER_PREFIX = f"{ROLLOUT_NAME}_"
 
 
+#: how long the first request of a batch waits for the others already sent (a step dispatches its prompts' n
+#: answers together): one batched decode of 64 rows costs about what 2-3 single ones do
+BATCH_WINDOW_S = 0.005
+
+
+class _Request(NamedTuple):
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    logprobs: bool
+    seed: int
+
+    @property
+    def shape(self) -> tuple:
+        """What requests decoded in one batch share: prompt length and sampling settings."""
+        return len(self.prompt_ids), self.temperature, self.top_k, self.top_p
+
+
+def _processed(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """The logits sampling draws from, as Hugging Face's warpers process them (temperature, top-k, top-p): removed
+    tokens at -inf. Greedy (temperature 0) takes the raw logits."""
+    logits = logits.double()
+    if temperature <= 0:
+        return logits
+    logits = logits / temperature
+    if 0 < top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        ordered, index = logits.sort(dim=-1, descending=False)
+        cumulative = ordered.softmax(-1).cumsum(-1)
+        remove = cumulative <= 1 - top_p
+        remove[:, -1] = False  # the most likely token always stays
+        logits = logits.masked_fill(remove.scatter(-1, index, remove), float("-inf"))
+    return logits
+
+
 def request_seed(*parts: Any) -> int:
     """A 63-bit seed from the parts' JSON (stable across processes, unlike ``hash``)."""
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).digest()
@@ -50,8 +90,10 @@ def request_seed(*parts: Any) -> int:
 class CPURolloutServer:
     """One replica's generation server on the host CPU (what ``vLLMHttpServer`` is on GPUs).
 
-    Requests run one at a time (a Ray async actor runs one coroutine at a time, and ``generate`` does
-    not await during generation), so the torch RNG is seeded for exactly the request that uses it."""
+    Requests are decoded in batches (``generate``): those delivered within ``BATCH_WINDOW_S`` of the first go
+    together, as vLLM batches what it has. Anything that changes what the next request generates with (weights,
+    version, sleep) or waits for requests first decodes the ones already delivered (``_flush``), so each request
+    generates with the weights it arrived under, as when they ran one at a time."""
 
     def __init__(self, config: RolloutConfig, model_config: HFModelConfig, rollout_mode: RolloutMode,
                  workers: list[ActorHandle], replica_rank: int, node_rank: int, gpus_per_node: int,
@@ -65,13 +107,16 @@ class CPURolloutServer:
         self.rollout_mode, self.workers = rollout_mode, workers
         self.replica_rank, self.node_rank, self.nnodes = replica_rank, node_rank, nnodes
         self.global_steps: int | None = None
+        # float64: batched rows decode as the row alone would (see _decode); the actor's float32 weights load into it
         self.model = AutoModelForCausalLM.from_pretrained(
-            model_config.local_path, dtype=torch.float32, attn_implementation="sdpa")
+            model_config.local_path, dtype=torch.float64, attn_implementation="sdpa")
         self.model.eval()
         self.eos_token_id = self.model.generation_config.eos_token_id
         self.pad_token_id = self.model.config.pad_token_id
         self.asleep = False
         self._issued: Counter = Counter()  # requests per (weights, prompt, params): the seed's last part
+        self._queue: list[tuple[_Request, asyncio.Future]] = []  # requests waiting for the next batch
+        self._decoding = False
         self.weight_loads = 0
 
     # -- generation ------------------------------------------------------------------------------
@@ -79,9 +124,32 @@ class CPURolloutServer:
                        image_data: Optional[list[Any]] = None, video_data: Optional[list[Any]] = None,
                        audio_data: Optional[list[Any]] = None, mm_processor_kwargs: Optional[dict[str, Any]] = None,
                        priority: int = 0, kv_transfer_params: Optional[dict] = None) -> TokenOutput:
+        """One request, decoded in a batch with the requests delivered meanwhile (``_decode``)."""
         if image_data or video_data or audio_data:
             raise ValueError("the CPU rollout server generates text only: this request carries images, "
                              "videos or audio (use a vLLM or SGLang rollout for multimodal models)")
+        request = self._request(prompt_ids, sampling_params)
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append((request, future))
+        if not self._decoding:  # this call decodes every batch until the queue is empty; the others await
+            self._decoding = True
+            try:
+                while self._queue:
+                    await asyncio.sleep(BATCH_WINDOW_S)  # requests delivered by now join this batch
+                    batch, self._queue = self._queue, []
+                    self._decode_all(batch)
+            finally:
+                self._decoding = False
+        return await future
+
+    def _flush(self) -> None:
+        """Decode the requests waiting for a batch now (their callers get their results)."""
+        batch, self._queue = self._queue, []
+        if batch:
+            self._decode_all(batch)
+
+    def _request(self, prompt_ids: list[int], sampling_params: dict[str, Any]) -> _Request:
+        """A request's decoding settings and its seed (in arrival order: the seed's occurrence counter)."""
         prompt_ids = [int(t) for t in prompt_ids]
         params = dict(sampling_params)
         # vLLM's server defaults max_model_len to the model's max_position_embeddings
@@ -91,36 +159,78 @@ class CPURolloutServer:
                              f"rollout.max_model_len={self.config.max_model_len}")
         max_tokens = int(params.pop("max_tokens", params.pop("max_new_tokens", self.config.response_length)))
         max_tokens = max(1, min(max_tokens, int(self.config.response_length), room))
-        temperature = float(params.get("temperature", 1.0) or 0.0)
-        top_k = int(params.get("top_k", -1) or -1)
-        top_p = float(params.get("top_p", 1.0) or 1.0)
         key = json.dumps([self.global_steps, prompt_ids, sorted((k, str(v)) for k, v in sampling_params.items())])
         occurrence = self._issued[key]
         self._issued[key] += 1
-        generate_kwargs: dict[str, Any] = dict(
-            max_new_tokens=max_tokens, eos_token_id=self.eos_token_id, pad_token_id=self.pad_token_id,
-            output_scores=True, return_dict_in_generate=True,
-        )
-        if temperature > 0:
-            generate_kwargs.update(do_sample=True, temperature=temperature, top_p=top_p,
-                                   top_k=top_k if top_k > 0 else 0)
-        else:
-            generate_kwargs.update(do_sample=False)
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
-            torch.manual_seed(request_seed(int(getattr(self.config, "seed", 0)), key, occurrence))
-            out = self.model.generate(input_ids=torch.tensor([prompt_ids]), **generate_kwargs)
-        token_ids = out.sequences[0, len(prompt_ids):].tolist()
-        log_probs = None
-        if params.get("logprobs"):
-            scores = torch.stack(out.scores, dim=1)[0].float().log_softmax(-1)  # (tokens, vocab), processed logits
-            log_probs = scores.gather(-1, torch.tensor(token_ids)[:, None])[:, 0].tolist()
-        finished = bool(token_ids) and token_ids[-1] in _as_list(self.eos_token_id)
-        return TokenOutput(token_ids=token_ids, log_probs=log_probs, stop_reason="completed" if finished else "length",
-                           num_preempted=0, extra_fields={"global_steps": self.global_steps})
+        return _Request(prompt_ids, max_tokens, float(params.get("temperature", 1.0) or 0.0),
+                        int(params.get("top_k", -1) or -1), float(params.get("top_p", 1.0) or 1.0),
+                        bool(params.get("logprobs")), request_seed(int(getattr(self.config, "seed", 0)), key, occurrence))
+
+    def _decode_all(self, batch: list[tuple[_Request, asyncio.Future]]) -> None:
+        """Each group of requests that decode alike (prompt length, sampling settings) as one batch."""
+        groups: dict[tuple, list[tuple[_Request, asyncio.Future]]] = {}
+        for request, future in batch:
+            groups.setdefault(request.shape, []).append((request, future))
+        for members in groups.values():
+            try:
+                outputs = self._decode([request for request, _ in members])
+            except Exception as exc:  # each caller gets its own request's failure
+                for _, future in members:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), output in zip(members, outputs):
+                if not future.done():
+                    future.set_result(output)
+
+    @torch.no_grad()
+    def _decode(self, requests: list[_Request]) -> list[TokenOutput]:
+        """Requests of one prompt length and sampling settings, decoded together with a KV cache. Each row samples
+        with its own generator (Gumbel-max over the processed logits: a draw from their softmax), so what a request
+        generates does not depend on which requests shared its batch; the model runs in float64, where the rows of
+        a batch and the row alone differ by ~1e-16 (float32: ~1e-6), so no sampled token turns on it in practice."""
+        first = requests[0]
+        rows, steps = len(requests), max(r.max_tokens for r in requests)
+        generators = [torch.Generator().manual_seed(r.seed) for r in requests]
+        ids = torch.tensor([r.prompt_ids for r in requests])
+        eos = torch.tensor(_as_list(self.eos_token_id))
+        tokens = torch.full((rows, steps), int(self.pad_token_id or 0), dtype=torch.long)
+        log_probs = torch.zeros(rows, steps, dtype=torch.float64)
+        done = torch.zeros(rows, dtype=torch.bool)
+        length = torch.full((rows,), steps, dtype=torch.long)
+        cache = None
+        for step in range(steps):
+            out = self.model(input_ids=ids, past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            logits = _processed(out.logits[:, -1, :], first.temperature, first.top_k, first.top_p)
+            if first.temperature > 0:
+                noise = torch.stack([torch.rand(logits.shape[-1], generator=g, dtype=torch.float64) for g in generators])
+                chosen = (logits - torch.log(-torch.log(noise.clamp_min(1e-300)))).argmax(-1)
+            else:
+                chosen = logits.argmax(-1)
+            tokens[:, step] = torch.where(done, tokens[:, step], chosen)
+            log_probs[:, step] = logits.log_softmax(-1).gather(-1, chosen[:, None])[:, 0]
+            ended = ~done & torch.isin(chosen, eos)
+            length = torch.where(ended, step + 1, length)
+            done |= ended
+            if bool(done.all()):
+                break
+            ids = chosen[:, None]
+        outputs = []
+        for row, request in enumerate(requests):
+            n = int(min(length[row], request.max_tokens))
+            token_ids = tokens[row, :n].tolist()
+            finished = bool(token_ids) and token_ids[-1] in eos.tolist()
+            outputs.append(TokenOutput(
+                token_ids=token_ids, log_probs=log_probs[row, :n].tolist() if request.logprobs else None,
+                stop_reason="completed" if finished else "length", num_preempted=0,
+                extra_fields={"global_steps": self.global_steps}))
+        return outputs
 
     # -- weights (from CPURolloutAdapter.update_weights) ------------------------------------------------
     async def load_weights(self, state: dict[str, torch.Tensor], global_steps: int | None = None) -> int:
         """The actor's full tensors (Hugging Face names) into the server's model; the count loaded."""
+        self._flush()
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         tied = {k for k in missing if k == "lm_head.weight" and self.model.config.tie_word_embeddings}
         if unexpected or set(missing) - tied:
@@ -132,16 +242,17 @@ class CPURolloutServer:
         return len(state)
 
     # -- control methods verl's replica, checkpoint engine and LLM client call -------------------------
-    # On the host CPU there is no device memory to free or restore and no KV cache kept between requests
-    # (HF generate builds one per call), so these record state and return.
+    # On the host CPU there is no device memory to free or restore and no KV cache kept between batches
+    # (each batch builds its own), so these decode what is queued (_flush) where order matters, record state and return.
     async def wake_up(self, tags: list[str] | None = None):
         self.asleep = False
 
     async def sleep(self):
+        self._flush()
         self.asleep = True
 
-    # HF generate() keeps no KV cache between requests and has no profiler or request queue: the
-    # vLLM server's cache, profile and drain controls below are no-ops here (VERL_NOTES "V1 on CPU", 4)
+    # no KV cache is kept between batches and there is no profiler: the vLLM server's cache and profile
+    # controls below are no-ops here (VERL_NOTES "V1 on CPU", 4)
     async def clear_kv_cache(self):
         pass
 
@@ -158,12 +269,14 @@ class CPURolloutServer:
         pass
 
     async def set_global_steps(self, global_steps: int):
+        self._flush()
         self.global_steps = global_steps
 
     async def wait_for_requests_to_drain(self):
-        pass  # requests run to completion one at a time: none is in flight when this runs
+        self._flush()  # requests delivered so far run to completion now: none is in flight after this
 
     async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False) -> dict[str, Any]:
+        self._flush()
         return {"aborted_count": 0, "request_ids": []}  # nothing in flight (see wait_for_requests_to_drain)
 
     async def resume_generation(self):

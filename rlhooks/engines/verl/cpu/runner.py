@@ -64,6 +64,30 @@ def separate_async_overrides(train_batch_size: int) -> list[str]:
     ]
 
 
+def select_separate_async_settings(cfg: Any, chosen: Iterable[str]) -> dict[str, Any]:
+    """``rlhooks train`` in ``separate_async`` on the CPU learner: the settings of :func:`separate_async_overrides`
+    (all but the trainer mode) set here where the user chose none (``chosen``: the verl keys given on the
+    command line or in the ``verl:`` section), said in one warning; a contrary value the user chose is kept,
+    and ``ray_learner.check_v1_config`` refuses it naming the key. Returns what was set."""
+    import structlog
+    import yaml
+    from omegaconf import OmegaConf
+
+    chosen = set(chosen)
+    set_here: dict[str, Any] = {}
+    for override in separate_async_overrides(int(cfg.data.train_batch_size))[1:]:
+        key, _, value = override.partition("=")
+        if key not in chosen:
+            OmegaConf.update(cfg, key, yaml.safe_load(value), force_add=True)
+            set_here[key] = OmegaConf.select(cfg, key)
+    if set_here:
+        structlog.get_logger("rlhooks.verl").warning(
+            "separate_async on the CPU learner: set " + " ".join(f"{k}={v}" for k, v in set_here.items())
+            + " (one CPU rollout server of its own, weights over gloo, one update per weight sync; see "
+            "docs/how-to/async.md, 'separate_async: trainer and rollout apart')")
+    return set_here
+
+
 def use_portable_attention(cfg: Any) -> None:
     """transformers' ``sdpa`` attention unless the config names one: verl's default, flash_attention_2,
     needs a GPU (and the Hydra key is absent from verl's config, so a YAML ``verl:`` section cannot add it)."""

@@ -8,13 +8,14 @@ import ray
 from verl.trainer.main_ppo_v0 import BaseTaskRunner
 
 from rlhooks.core.errors import RLHooksError
+from rlhooks.engines.verl.driver import in_task_runner
 from rlhooks.engines.verl.ray_env import warn_unshared_paths
 
 
 class _TaskRunner(BaseTaskRunner):
     """verl's legacy TaskRunner, building RLHooksRayPPOTrainer instead of RayPPOTrainer."""
 
-    def run(self, config: Any) -> None:
+    def run(self, config: Any, driver_link: dict[str, Any] | None = None) -> str | None:
         import verl.trainer.main_ppo_v0 as v0
 
         from rlhooks.engines.verl.legacy.trainer import RLHooksRayPPOTrainer
@@ -30,7 +31,9 @@ class _TaskRunner(BaseTaskRunner):
         # This Ray actor process runs only this job, so swapping the name verl's TaskRunner.run
         # constructs is contained; the rest of the set-up (workers, datasets, reward) stays verl's.
         v0.RayPPOTrainer = RLHooksRayPPOTrainer
-        run(self, config)
+        with in_task_runner(driver_link) as outcome:  # rlhooks train's lock and stop requests (driver.py)
+            run(self, config)
+        return outcome["status"]
 
 
 RLHooksTaskRunner = ray.remote(num_cpus=1)(_TaskRunner)

@@ -252,6 +252,8 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
                 returned = self._validation_end(self.global_steps - 1, initial_val)
                 if returned:
                     logger.log(data=returned, step=self.global_steps - 1)
+                if self.global_steps == 1:  # a fresh run: the starting accuracy reaches the backends as step 0
+                    self.rl.log_metrics(0, {**initial_val, **returned})
             while self.global_steps <= self.total_training_steps:
                 step = self.global_steps
                 is_last_step = step >= self.total_training_steps
@@ -542,7 +544,8 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
             self.global_steps, workers, self.train_dataloader.state_dict(), self._rlhooks_state()))
 
     def _rlhooks_state(self) -> dict[str, Any]:
-        return {"components": self.rl.state_dict(), "epoch": self._epoch}
+        return {"components": self.rl.state_dict(), "epoch": self._epoch,
+                checkpoints.OWNER_KEY: checkpoints.owner_of(self.config, self.rl.run_dir.name)}  # resumed only by it
 
     def _write_rlhooks_state(self, folder: str) -> None:
         checkpoints.write_state(folder, self._rlhooks_state())  # keeps the seal's list of files

@@ -35,6 +35,50 @@ ASYNC_REPLAY_BUFFER_NAME = "RLHooksReplayBufferAsync"
 ADAPTER_MODULE = "rlhooks.plugins.rewards.verl_adapter"
 
 
+def check_v1_settings(config: Any) -> None:
+    """verl V1 settings that would not mean on the rlhooks path what they mean in verl: refused here (before
+    Ray starts) with the key named, or carried over where verl reads them by the mode's name.
+
+    * a colocated reward model (``reward.reward_model.enable=true``, ``enable_resource_pool=false``) scores only
+      after the replay buffer has sampled; the rlhooks buffer reads every group's scores as it finishes
+      (on_rewards_computed, the filters), so verl's own guard (``_resolve_filter_groups_metric``, which verl
+      runs only for its built-in buffer) is applied to every rlhooks run;
+    * ``trainer.v1.<mode>.parameter_sync_step``: verl's rollout skip reads it under the *registered* mode's
+      name (``trainer.v1.rlhooks_separate_async``), the trainer under verl's; the value is mirrored there.
+    """
+    from omegaconf import OmegaConf, open_dict
+
+    from rlhooks.core.errors import ConfigError, ConfigIssue
+
+    issues = []
+    model = OmegaConf.select(config, "reward.reward_model", default=None) or {}
+    if model.get("enable", False) and not model.get("enable_resource_pool", False):
+        issues.append(ConfigIssue(
+            "reward.reward_model.enable_resource_pool",
+            "is false with reward.reward_model.enable=true (a reward model colocated with the trainer): verl scores "
+            "it only after the replay buffer samples, but on the rlhooks path the replay buffer reads each group's "
+            "scores as it finishes (on_rewards_computed, the rlhooks filters). Set "
+            "reward.reward_model.enable_resource_pool=true (the reward model on its own pool, scoring while "
+            "generating, as verl requires for filtering), or score with rule-based reward functions",
+        ))
+    mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default=None)
+    base = {TRAINER_MODE: BASE_TRAINER_MODE, **{v: k for k, v in ASYNC_TRAINER_MODES.items()}}.get(mode)
+    if base is not None:
+        verls = OmegaConf.select(config, f"trainer.v1.{base}.parameter_sync_step", default=None)
+        ours = OmegaConf.select(config, f"trainer.v1.{mode}.parameter_sync_step", default=None)
+        if ours is not None and verls is not None and ours != verls:
+            issues.append(ConfigIssue(
+                f"trainer.v1.{mode}.parameter_sync_step",
+                f"is {ours!r} but verl's trainer.v1.{base}.parameter_sync_step is {verls!r}: the trainer reads the "
+                f"latter; remove trainer.v1.{mode} (rlhooks mirrors verl's value there for verl's rollout skip)",
+            ))
+        elif verls is not None and ours is None:
+            with open_dict(config):
+                OmegaConf.update(config, f"trainer.v1.{mode}.parameter_sync_step", verls, force_add=True)
+    if issues:
+        raise ConfigError(issues, "verl config")
+
+
 def adapter_functions(config: Any) -> tuple[str, ...]:
     """The reward functions verl's reward loop runs through the rlhooks adapter (none when
     ``reward.custom_reward_function`` is another function)."""

@@ -46,6 +46,29 @@ from rlhooks.engines.verl.v1.batches import scored_batch, scored_fields
 
 #: what verl's sample() sees as "DAPO enabled" when rlhooks filters run (any non-None metric name)
 RLHOOKS_FILTERS = "rlhooks filters"
+#: seconds between TransferQueue polls (``trainer.v1.sampler.sampler_kwargs.{min,max}_poll_interval``): the
+#: first poll after a change comes after ``min``, and the wait grows by ``POLL_GROWTH`` while nothing changes, up
+#: to ``max`` (verl's own fixed interval). verl's 2 s made a CPU-learner step mostly waiting (gen 8-12 s in whole
+#: multiples of 2 s); growing keeps a long generation at a few polls a minute, as verl's
+MIN_POLL_INTERVAL_S = 0.05
+MAX_POLL_INTERVAL_S = 2.0
+POLL_GROWTH = 1.5
+
+
+def poll_bounds(sampler_kwargs: Any) -> tuple[float, float]:
+    """``(min, max)`` poll interval from verl's ``sampler_kwargs`` (the custom sampler's own settings)."""
+    kwargs = dict(sampler_kwargs or {})
+    bounds = []
+    for key, default in (("min_poll_interval", MIN_POLL_INTERVAL_S), ("max_poll_interval", MAX_POLL_INTERVAL_S)):
+        value = kwargs.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise RLHooksError(f"trainer.v1.sampler.sampler_kwargs.{key} is {value!r}: the rlhooks replay buffer's "
+                               "TransferQueue poll interval, in seconds, must be a number > 0")
+        bounds.append(float(value))
+    if bounds[0] > bounds[1]:
+        raise RLHooksError(f"trainer.v1.sampler.sampler_kwargs.min_poll_interval ({bounds[0]}) is above "
+                           f"max_poll_interval ({bounds[1]}): set min <= max")
+    return bounds[0], bounds[1]
 
 
 def trajectory_key(key: str) -> tuple[str, int, int]:
@@ -64,18 +87,25 @@ class RLHooksReplayBuffer(ReplayBuffer):
         self.trainer: Any = None
         #: partition -> terminal groups verl's loop has been shown (waves, see the module docstring)
         self._released: dict[str, set[str]] = defaultdict(set)
+        self.min_poll_interval, self.max_poll_interval = poll_bounds(self.sampler_kwargs)
+        self.poll_interval = self.min_poll_interval  # verl sleeps this long between polls (adapted each poll)
+        self._last_snapshot: tuple = ()
 
     def attach(self, trainer: Any, *, filters: bool, train_batch_size: int, gen_batch_size: int,
-               max_inflight_gen_batches: int) -> None:
+               max_inflight_gen_batches: int, sync_refill_failed_groups: bool = False) -> None:
         """Connect the rlhooks trainer. With rlhooks filters, verl's eviction-and-refill path is switched on
-        with the sizes verl's own buffer gets for ``algorithm.filter_groups`` (which verl passes only to its
-        built-in buffer)."""
+        with the sizes verl's own buffer gets for ``algorithm.filter_groups``; with
+        ``trainer.v1.sampler.sync_refill_failed_groups`` failed groups are refilled, as in verl's buffer (verl
+        passes both only to its built-in buffer, not to a custom sampler)."""
         self.trainer = trainer
-        if filters:
-            self.filter_groups_metric = RLHOOKS_FILTERS
+        self.sync_refill_failed_groups = bool(sync_refill_failed_groups)
+        if filters or self.sync_refill_failed_groups:
             self.train_batch_size = int(train_batch_size)
             self.gen_batch_size = int(gen_batch_size)
+        if filters:
+            self.filter_groups_metric = RLHOOKS_FILTERS
             self.max_inflight_gen_batches = int(max_inflight_gen_batches)
+        if filters or self.sync_refill_failed_groups:
             self._validate_mode_config()
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int):
@@ -97,6 +127,7 @@ class RLHooksReplayBuffer(ReplayBuffer):
         """verl's snapshot of TransferQueue; in waves, groups that finished while others are still in flight
         stay "running" for verl's loop until the whole wave has finished."""
         super()._sync_metadata_from_transfer_queue()
+        self._adapt_poll_interval()
         if not self.judges_in_waves:
             return
         for partition_id in list(self.finished_keys.keys() | self.failure_keys.keys()):
@@ -112,6 +143,18 @@ class RLHooksReplayBuffer(ReplayBuffer):
             self.finished_keys[partition_id] -= held
             self.failure_keys[partition_id] -= held
             self.running_keys[partition_id] |= held
+
+    def _adapt_poll_interval(self) -> None:
+        """The next wait: the shortest after any change of a group's status (or a refill), longer while none."""
+        snapshot = tuple(sorted(
+            (pid, len(self.pending_keys[pid]), len(self.running_keys[pid]), len(self.finished_keys[pid]),
+             len(self.failure_keys[pid]), len(self.partitions[pid]))
+            for pid in self.partitions.keys() | self.pending_keys.keys() | self.running_keys.keys()))
+        if snapshot != self._last_snapshot:
+            self.poll_interval = self.min_poll_interval
+        else:
+            self.poll_interval = min(self.poll_interval * POLL_GROWTH, self.max_poll_interval)
+        self._last_snapshot = snapshot
 
     def _select_prompt_uids(self, partition_id: str, sampleable_keys: set[str], batch_size: int):
         # verl sorts by step (stable); over uids in draw order instead of a set's order, the first drawn win

@@ -11,7 +11,8 @@ unchanged; rlhooks joins at these points of a V1 step::
     verl                   old log-probs, ref, values, advantages, critic/actor update, checkpoint in
                            checkpoints.CheckpointWriter's order (rlhooks.pt seals it, then the tracker)
     on_validate_end        on_validation_end with verl's validation metrics (the initial one as step 0),
-                           what plugins return merged into them
+                           what plugins return merged into them; a fresh run's initial validation goes to
+                           the rlhooks backends as step 0 (log_metrics)
     _compute_metrics       verl's metrics, then on_step_end on the trained batch (read from TransferQueue)
                            -> rlhooks backends and tables; the merged dict is what verl's logger logs;
                            rlhooks.pt rewritten (on_save_checkpoint); a plugin's stop: this step's
@@ -45,15 +46,17 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.dataset.rl_dataset import collate_fn
 
 from rlhooks.core import batch as cols
+from rlhooks.core import interrupt
 from rlhooks.core.batch import Batch
 from rlhooks.core.data import declared_columns
 from rlhooks.core.driver import StepDriver
 from rlhooks.core.errors import ConfigError, ConfigIssue
 from rlhooks.core.manager import RunManager, merge_metrics
-from rlhooks.engines.verl import adapter, checkpoints, compat
+from rlhooks.engines.verl import adapter, checkpoints, compat, driver
 from rlhooks.engines.verl.config import BLOCK, rlhooks_config
 from rlhooks.engines.verl.v1 import (  # noqa: F401 (ADAPTER_MODULE, adapter_functions: also imported from here)
     ADAPTER_MODULE, BASE_TRAINER_MODE, REPLAY_BUFFER_NAME, REPLAY_BUFFER_PATH, TRAINER_MODE, adapter_functions,
+    check_v1_settings,
 )
 from rlhooks.engines.verl.v1.batches import (
     _token_sums, adapter_error_counts, fetched, prompt_batch, scored_batch, scored_fields, token_means,
@@ -71,6 +74,7 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
 
     def __init__(self, config: Any, rlhooks_plugins: Iterable[tuple[str, Any]] = ()):
         compat.check_verl(trainer="v1")
+        check_v1_settings(config)  # as rlhooks train does, for a config built another way
         self._rlhooks_plugins = list(rlhooks_plugins)
         self._step_metrics: dict[str, float] = {}
         self._saved_folder: str | None = None
@@ -168,6 +172,7 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         self.replay_buffer.attach(
             self, filters=filters, train_batch_size=self.config.data.train_batch_size, gen_batch_size=gen_batch_size,
             max_inflight_gen_batches=int(groups.get("max_inflight_gen_batches", 1) or 1),
+            sync_refill_failed_groups=bool(self.config.trainer.v1.sampler.get("sync_refill_failed_groups", False)),
         )
 
     def fit(self, agent_loop_manager):
@@ -188,10 +193,19 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
             return
         step = self.global_steps
         val.update(self.rl.validation_end(step, val, adapter.validation_per_source(val)))
+        if not self._steps_begun and step == 0:
+            # the initial validation (val_before_train) of a fresh run is no step's: verl logs it to its own
+            # logger only, so the rlhooks backends get it as step 0, the run's starting accuracy (a resumed
+            # run's starting accuracy is in its metrics.jsonl already)
+            self.rl.log_metrics(step, val)
 
     # -- a step --------------------------------------------------------------------------------
+    #: a step has begun: a validation before it is the initial one (val_before_train)
+    _steps_begun = False
+
     def on_step_begin(self):
         super().on_step_begin()
+        self._steps_begun = True
         self._step_metrics = {}
         self._step_counts = {"generated": 0.0, "kept": 0.0, "dispatches": 0.0, "scored": 0.0}
         self._filter_counts: dict[str, float] = {}
@@ -354,19 +368,25 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         workers = {"actor": self.actor_rollout_wg, **({str(Role.Critic): self.critic_wg} if self.use_critic else {})}
         step = self.global_steps
         before_seal = None
-        if self.trainer_mode != "sync":  # as verl: in-flight prompts survive a restart
+        if tq_checkpoint_wanted(self.trainer_mode):  # as verl: in-flight prompts survive a restart
             def before_seal(folder):
                 tq.save_checkpoint(os.path.join(folder, "transfer_queue"), metadata={"global_steps": step})
         # data.pt holds the dataloader state, the sampler's included; rlhooks.pt is written before on_step_end
-        # and _compute_metrics rewrites it once the step's hooks ran; this one covers a crash between
-        folder = self._checkpoint_writer.save(step, workers, self.train_dataloader.state_dict(),
-                                              self._rlhooks_state(), before_seal=before_seal)
+        # and _compute_metrics rewrites it once the step's hooks ran; this one covers a crash between.
+        # A signal during the save ends the run once the checkpoint is whole (rlhooks train waits for it,
+        # within driver.STOP_GRACE_S); a full disk is one error naming the folder and what is resumable.
+        with interrupt.deferred("this checkpoint is saved"), driver.save_failure(self.config, step):
+            folder = self._checkpoint_writer.save(step, workers, self.train_dataloader.state_dict(),
+                                                  self._rlhooks_state(), before_seal=before_seal)
         self._saved_folder = str(folder)
-        self.checkpoint_callback.on_save(trainer=self, global_step=step, checkpoint_dir=str(folder), async_save=False)
+        callback = getattr(self, "checkpoint_callback", None)  # verl 0.9.1 builds one in __init__, verl main none
+        if callback is not None:
+            callback.on_save(trainer=self, global_step=step, checkpoint_dir=str(folder), async_save=False)
 
     def _rlhooks_state(self) -> dict[str, Any]:
         return {"components": self.rl.state_dict(), "trainer": TRAINER_MODE,
-                "prompts_drawn": self._prompts_drawn, "judged_groups": self.replay_buffer.judged_groups()}
+                "prompts_drawn": self._prompts_drawn, "judged_groups": self.replay_buffer.judged_groups(),
+                checkpoints.OWNER_KEY: checkpoints.owner_of(self.config, self.rl.run_dir.name)}  # resumed only by it
 
     def _write_rlhooks_state(self, folder: str) -> None:
         checkpoints.write_state(folder, self._rlhooks_state())  # keeps the seal's list of files
@@ -396,6 +416,17 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         return batch
 
 
+def tq_checkpoint_wanted(trainer_mode: str) -> bool:
+    """Whether a checkpoint holds TransferQueue's state, as verl's ``_save_checkpoint`` decides: its async modes;
+    verl main only where TransferQueue can save it (``_tq_supports_checkpoint``), 0.9.1 (no such gate) always."""
+    if trainer_mode == "sync":
+        return False
+    from verl.trainer.ppo.v1 import trainer_base
+
+    supported = getattr(trainer_base, "_tq_supports_checkpoint", None)
+    return supported is None or bool(supported())
+
+
 def prompt_uid(n: int) -> str:
     """The uid of the run's n-th drawn prompt: UUID-shaped, like verl's, and sorting as ``n`` does."""
     return str(uuid.UUID(int=n))
@@ -422,4 +453,4 @@ class _PromptSource:
         return tu.concat_tensordict([p.exclude("global_steps") if "global_steps" in p.keys() else p for p in payloads])
 
 
-__all__ = ["RLHooksPPOTrainerSync", "adapter_functions", "prompt_uid"]
+__all__ = ["RLHooksPPOTrainerSync", "adapter_functions", "prompt_uid", "tq_checkpoint_wanted"]
