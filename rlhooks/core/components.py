@@ -144,3 +144,51 @@ def make_reward_function(obj: Any, options: Any = None) -> Any:
         return obj(options if options is not None else obj.Options())
     return obj()
 
+
+
+#: hooks whose ``batch`` holds scored trajectories (an engine reads them from its data store)
+SCORED_BATCH_HOOKS = ("on_rewards_computed", "on_step_end")
+
+
+def batch_columns(component: Any) -> frozenset[str] | None:
+    """The columns of scored batches a component reads for every row, or None for every column.
+
+    A component (class or instance) may declare them in ``batch_columns``: column names such as
+    ``reward``, ``data_source``, a reward extra (``acc``), ``reward_fn/*`` or ``@extras`` (every reward
+    extra). Undeclared: a filter or a component with a batch-taking ``on_rewards_computed`` /
+    ``on_step_end`` gets every column (what every component got before the declaration existed);
+    one that takes no scored batch (a logging backend) reads none. An engine that reads its batches from
+    a store (verl V1: TransferQueue) reads the union up front, decided once at start; a column read for a
+    few rows only (a sample table's shown columns, after ``batch.select``) need not be declared: any
+    other column is still there, read from the store when a plugin reads it, for the rows it reads.
+    """
+    names = getattr(component, "batch_columns", None)
+    if names is not None:
+        if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
+            raise TypeError(f"{getattr(component, '__name__', type(component).__name__)}.batch_columns must be a tuple "
+                            f"of column names such as ('reward', 'data_source'), got {names!r}")
+        return frozenset(names)
+    if callable(getattr(component, "select", None)):
+        return None
+    for hook in SCORED_BATCH_HOOKS:
+        method = getattr(component, hook, None)
+        if method is None or getattr(method, "rlhooks_impl", None) is None:
+            continue
+        try:
+            params = inspect.signature(method).parameters
+        except (TypeError, ValueError):
+            return None
+        if "batch" in params:
+            return None
+    return frozenset()
+
+
+def union_batch_columns(components: Any) -> frozenset[str] | None:
+    """The columns any of ``components`` reads (None: every column, as soon as one reads every column)."""
+    out: set[str] = set()
+    for component in components:
+        names = batch_columns(component)
+        if names is None:
+            return None
+        out |= names
+    return frozenset(out)

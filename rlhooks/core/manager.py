@@ -38,8 +38,8 @@ import pluggy
 import structlog
 
 from rlhooks.core import dispatch, hookspecs, interrupt, rundir
-from rlhooks.core.batch import READ_ONLY_HINT, Batch, is_read_only_write
-from rlhooks.core.components import FilterDecision, instantiate
+from rlhooks.core.batch import READ_ONLY_HINT, REWARD, Batch, is_read_only_write
+from rlhooks.core.components import FilterDecision, instantiate, union_batch_columns
 from rlhooks.core.config import ComponentConfig, Config
 from rlhooks.core.data import DataError, DatasetColumns, declared_columns, read_parquet_columns
 from rlhooks.core.errors import WARN_HINT, PluginError, RegistryError, RLHooksError
@@ -268,6 +268,15 @@ class RunManager:
         if self.learning is None:
             return {}
         return self.learning.update(batch, step)
+
+    def batch_columns(self) -> frozenset[str] | None:
+        """The scored-batch columns the run's components read (``components.batch_columns``; None: every
+        column). An engine reading batches from a store reads these, plus what it needs itself."""
+        cols = union_batch_columns(rec.obj for rec in self.components)
+        if cols is None or self.learning is None:
+            return cols
+        metric = self.config.run.learning_metric
+        return cols | ({"acc", REWARD} if metric == "auto" else {metric})
 
     def build_sampler(self, data: DatasetColumns, *, batch_size: int, seed: int | None = None) -> Sampler | None:
         """Instantiate the configured sampler over the engine's data and register its hooks."""

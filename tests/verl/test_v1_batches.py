@@ -10,7 +10,9 @@ pytest.importorskip("verl.trainer.ppo.v1", reason="needs verl[verl-core]")
 
 import torch  # noqa: E402
 
-from rlhooks.engines.verl.v1.batches import adapter_error_counts, group_order, scored_batch, sessions  # noqa: E402
+from rlhooks.engines.verl.v1.batches import (  # noqa: E402
+    SCORED_FIELDS, adapter_error_counts, group_order, scored_batch, scored_fields, sessions,
+)
 
 from .verl_shim_helpers import make_tokenizer  # noqa: E402
 
@@ -55,6 +57,60 @@ def test_scored_batch_reads_the_columns_the_legacy_adapter_builds():
     assert batch["response_length"].tolist() == [4, 2] and np.allclose(batch["complexity"], 1.5)
     assert adapter_error_counts(batch, ("check_answer", "format_exact")) == {
         "rewards/errors/check_answer": 0.0, "rewards/errors/format_exact": 2.0}
+
+
+class Store:
+    """What TransferQueue's kv_batch_get returns, over a TensorDict in verl's layout: the fields asked for, of
+    the keys asked for (their rows in order); every read is recorded (fields, keys)."""
+
+    def __init__(self, data, keys):
+        self.data, self.row = data, {k: i for i, k in enumerate(keys)}
+        self.reads: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+
+    def fetch(self, fields, keys):
+        from verl.utils import tensordict_utils as tu
+
+        self.reads.append((tuple(fields), tuple(keys)))
+        return tu.index_select_tensor_dict(self.data.select(*fields), [self.row[k] for k in keys])
+
+
+def test_only_the_fields_the_plugins_use_are_read_and_text_for_the_rows_shown():
+    tok = make_tokenizer()
+    extra = {"score": 0.1, "acc": 1.0}
+    data, keys = _trajectories(tok, [("u1", 0, "the answer is 3", 0.1, extra), ("u1", 1, "answer 0", 0.1, extra),
+                                     ("u2", 0, "answer 5", 0.1, extra)])
+    present = set(data.keys())
+    # the example config's plugins (dapo on acc, source metrics, reward monitor, a top/bottom-k table on reward)
+    example = frozenset({"uid", "acc", "reward", "data_source", "advantage", "reward_fn/*", "sample_id"})
+    assert scored_fields(example, present, reward_in_extras=True) == ["data_source", "extra_fields"]
+    assert scored_fields(frozenset({"uid", "acc"}), present, reward_in_extras=True) == ["extra_fields"]
+    assert scored_fields(frozenset({"uid", "acc"}), present) == ["rm_scores", "extra_fields"]
+    everything = scored_fields(None, present)  # a plugin that declares nothing: every field but the row-wise ones
+    assert set(everything) == set(SCORED_FIELDS) - {"uid", "prompts", "responses", "reward_model", "extra_info"}
+
+    store = Store(data, keys)
+    read = store.fetch(scored_fields(frozenset({"uid", "acc"}), present, reward_in_extras=True), keys)
+    tags = [{"response_len": 4, "prompt_len": 3}, {"response_len": 2, "prompt_len": 3}, {"response_len": 2, "prompt_len": 3}]
+    batch = scored_batch(read, keys, tok, fetch=store.fetch, stored=present, tags=tags)
+    # the score extra, as rm_scores holds it (float32): equal bit for bit to the rm_scores sum
+    rm = scored_batch(data.select("rm_scores", "extra_fields"), keys, tok)["reward"]
+    assert batch["reward"].tolist() == rm.tolist() and rm[0] != 0.1
+    assert batch["response_length"].tolist() == [4, 2, 2]  # from the tags: no token ids read
+    assert len(store.reads) == 1
+    shown = batch.select(np.array([2]))  # a table's row: its text only, read when shown
+    assert shown["response"].tolist() == ["answer 5"] and store.reads[-1] == (("responses",), ("u2_0_0",))
+    assert len(store.reads) == 2
+    row = shown.to_rows(["index", "data_source", "target", "complexity", "prompt"])[0]
+    assert row == {"index": 7, "data_source": "easy", "target": "3", "complexity": 1.5, "prompt": "what is 2"}
+    assert {keys for _, keys in store.reads[2:]} == {("u2_0_0",)}  # each read: the shown row only
+
+
+def test_the_reward_falls_back_to_rm_scores_without_a_score_extra():
+    tok = make_tokenizer()
+    data, keys = _trajectories(tok, [("u1", 0, "answer 0", 2.5, {"format": 1.0}), ("u1", 1, "answer 1", 0.5, {})])
+    store = Store(data, keys)
+    batch = scored_batch(store.fetch(["extra_fields"], keys), keys, tok, fetch=store.fetch, stored=set(data.keys()))
+    assert batch["reward"].tolist() == [2.5, 0.5] and store.reads[-1] == (("rm_scores",), tuple(keys))
 
 
 def test_the_adapter_is_recognized_by_path_and_its_functions_read_from_reward_kwargs():

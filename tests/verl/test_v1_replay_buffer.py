@@ -192,3 +192,43 @@ def test_the_scored_batch_has_the_legacy_columns(tmp_path, transfer_queue):
     assert cols["policy_version"] == [0, 0, 0, 0] and cols["response"][0] == "the answer is 3"
     assert cols["response_length"] == [4, 2, 2, 2] and all(t is not None for t in cols["target"])
     transfer_queue.kv_clear(keys=list(transfer_queue.kv_list("train").get("train", {})), partition_id="train")
+
+
+def test_judging_reads_only_the_fields_the_plugins_declare(tmp_path, transfer_queue, monkeypatch):
+    """Issue 40: the groups are read with the fields the plugins read for every row (declared in
+    ``batch_columns``), the reward from the score extra (verl's naive reward manager), the lengths from the tags;
+    a column read for a few rows (a table's text) is read for those rows when read."""
+    import rlhooks
+
+    reads = []
+    real = transfer_queue.kv_batch_get
+
+    def counting(keys, partition_id, select_fields=None):
+        reads.append((tuple(select_fields or ()), len(keys)))
+        return real(keys=keys, partition_id=partition_id, select_fields=select_fields)
+
+    monkeypatch.setattr(transfer_queue, "kv_batch_get", counting)
+    seen = []
+
+    class Table:
+        batch_columns = ("uid", "acc", "reward")
+
+        @rlhooks.hookimpl
+        def on_rewards_computed(self, step, batch):
+            seen.append((batch["reward"].tolist(), batch["response_length"].tolist(),
+                         batch.select(np.array([0]))["response"].tolist()))
+
+    trainer = _trainer(tmp_path, "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc",
+                       plugins=[("table", Table())])
+    uids = _put_groups(transfer_queue, trainer, [[1.0, 0.0], [0.0, 0.0]])
+    buffer = trainer.replay_buffer
+    buffer._sync_metadata_from_transfer_queue()
+    assert buffer._dapo_filtered_keys("train")[0] == {uids[1]}
+    ((reward, lengths, text),) = seen
+    assert reward == [1.0, 0.0, 0.0, 0.0] and lengths == [4, 2, 2, 2] and text == ["the answer is 3"]
+    probe, judged, shown = reads
+    assert probe[1] == 1  # once per run: the fields TransferQueue holds, from one trajectory
+    assert judged[1] == 4 and "extra_fields" in judged[0]
+    assert not {"rm_scores", "prompts", "responses", "reward_model", "extra_info", "uid"} & set(judged[0])
+    assert shown == (("responses",), 1)  # the shown row's token ids only
+    transfer_queue.kv_clear(keys=list(transfer_queue.kv_list("train").get("train", {})), partition_id="train")

@@ -134,6 +134,13 @@ class _SampleTable(abc.ABC):
         self._cand: _Candidates | None = None
         self._warned: set[str] = set()
 
+    @property
+    def batch_columns(self) -> tuple[str, ...]:
+        """The columns it reads for every row (to rank them); the columns it shows are read for the rows it
+        shows (``batch.select`` first), on the steps it logs."""
+        ranked = (getattr(self.options, "key", None), getattr(self, "group_column", None), rlhooks.SAMPLE_ID)
+        return tuple(dict.fromkeys(c for c in ranked if c))
+
     # subclasses: the sort key of each row and how many top/bottom rows to keep
     def _keys(self, step: int, batch: Batch) -> np.ndarray:
         key = self.options.key

@@ -87,6 +87,8 @@ class DapoGroupFilter:
     def __init__(self, options: DapoOptions | None = None) -> None:
         self.options = options if options is not None else DapoOptions()
         self.column = METRIC_ALIASES.get(self.options.metric, self.options.metric)
+        #: the columns it reads (an engine reading from a store reads only what its plugins declare)
+        self.batch_columns = (UID, self.column)
 
     def metric_values(self, batch: Batch) -> np.ndarray:
         """The metric per row as float64, or a clear error naming what the batch offers."""

@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 
-from rlhooks import factorize
 
 __all__ = [
     "format_exact", "format_approx", "check_answer", "check_numbers", "BUILTIN_FUNCTIONS", "extract_answer",
@@ -53,6 +52,7 @@ ANSWER_START, ANSWER_END = "<answer>", "</answer>"
 # backtracks quadratically (a 240 KB response of repeated </reasoning> tags took ~50 s).
 _NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?|[-+]?\.\d+")
 _WS = re.compile(r"\s+")
+_NON_SPACE = re.compile(r"\S")  # str.strip()'s whitespace (both use Unicode isspace), found without a copy
 
 
 def _text(value: Any, what: str) -> str:
@@ -77,8 +77,8 @@ def extract_answer(response: str) -> str | None:
     Y and Z free of ``<answer>`` (so Z follows the last ``<answer>``), Z free of ``</answer>``,
     and X ending at the first ``</reasoning>`` that leaves Y without ``<answer>``.
     """
-    r = _text(response, "response")
-    start = len(r) - len(r.lstrip())
+    r = response if type(response) is str else _text(response, "response")
+    start = _first_non_space(r)
     if not r.startswith(REASONING_START, start):
         return None
     last = r.rfind(ANSWER_START)
@@ -86,16 +86,25 @@ def extract_answer(response: str) -> str | None:
         return None
     z0 = last + len(ANSWER_START)
     end = r.find(ANSWER_END, z0)
-    if end <= z0 or r[end + len(ANSWER_END):].strip():
+    tail = end + len(ANSWER_END)
+    if end <= z0 or (tail < len(r) and not r[tail:].isspace()):
         return None
     x0 = start + len(REASONING_START)
     prev = r.rfind(ANSWER_START, 0, last)  # Y must start after an earlier <answer>
     q = r.find(REASONING_END, max(x0 + 1, prev - len(REASONING_END) + 1))
     if q < 0 or q + len(REASONING_END) > last:
         return None
-    if not r[x0:q].strip() or not r[z0:end].strip():
+    if _NON_SPACE.search(r, x0, q) is None or _NON_SPACE.search(r, z0, end) is None:  # X or Z blank
         return None
     return r[z0:end]
+
+
+def _first_non_space(r: str) -> int:
+    """``len(r) - len(r.lstrip())`` without copying ``r`` (a response usually starts with its first tag)."""
+    if r[:1].isspace():
+        m = _NON_SPACE.search(r)
+        return len(r) if m is None else m.start()
+    return 0
 
 
 def _normalize(s: str) -> str:
@@ -126,7 +135,7 @@ def format_approx(response: str, target: str = "", **info: Any) -> float:
     r = _text(response, "response")
     checks = (
         r.count(REASONING_START) == 1,
-        r.lstrip().startswith(REASONING_START),
+        r.startswith(REASONING_START, _first_non_space(r)),
         r.count(REASONING_END) == 1,
         r.count(ANSWER_START) == 1,
         r.count(ANSWER_END) == 1,
@@ -182,14 +191,16 @@ check_numbers.reward_range = (0.0, 1.5)  # type: ignore[attr-defined]
 
 def _distinct_pairs(responses: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """(first row of each distinct (response, target) pair, each row's pair number); None unless
-    every response and target is text (a number target keeps its own per-row meaning). A str never
-    equals a non-str, so checking the distinct values' types covers every row."""
-    r_names, r_codes = factorize(responses)
-    t_names, t_codes = factorize(targets)
-    if not all(type(x) is str for x in r_names.tolist()) or not all(type(x) is str for x in t_names.tolist()):
+    every response and target is text (a number target keeps its own per-row meaning). One dict of the
+    pairs (hashing each string once: cheaper than factorizing both columns and the pair codes)."""
+    rs, ts = responses.tolist(), targets.tolist()
+    if not all(type(x) is str for x in rs) or not all(type(x) is str for x in ts):
         return None
-    _, first, inverse = np.unique(r_codes * len(t_names) + t_codes, return_index=True, return_inverse=True)
-    return first, inverse.reshape(-1)
+    index: dict[tuple[str, str], int] = {}
+    inverse = np.fromiter((index.setdefault(p, len(index)) for p in zip(rs, ts)), np.int64, len(rs))
+    # pairs are numbered in order of first appearance: a pair's first row is where a new highest number appears
+    first = np.flatnonzero(np.r_[True, inverse[1:] > np.maximum.accumulate(inverse)[:-1]]) if len(rs) else inverse
+    return first, inverse
 
 
 def _score_distinct(fn: Callable[..., float]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:

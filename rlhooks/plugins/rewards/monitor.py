@@ -117,6 +117,8 @@ class RewardMonitor:
         self._rewards: list[np.ndarray] = []
         self._components: dict[str, list[np.ndarray]] = {}
         self._task: dict[str, list[np.ndarray]] = {}
+        #: the columns it reads (an engine reading from a store reads only what its plugins declare)
+        self.batch_columns = (REWARD, REWARD_FN_PREFIX + "*", ADVANTAGE, *self.options.task_columns)
 
     # -- hooks ----------------------------------------------------------------------------
     @hookimpl

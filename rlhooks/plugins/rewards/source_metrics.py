@@ -133,6 +133,8 @@ class SourceMetrics:
 
     def __init__(self, options: SourceMetricsOptions | None = None) -> None:
         self.options = options if options is not None else SourceMetricsOptions()
+        #: the columns it reads (an engine reading from a store reads only what its plugins declare)
+        self.batch_columns = (self.options.source_column, REWARD, ACC)
         self._step: int | None = None
         self._generated = _Totals()
 

@@ -25,7 +25,6 @@ from collections import Counter
 from typing import Any
 
 import numpy as np
-import transfer_queue as tq
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
@@ -37,7 +36,7 @@ from rlhooks.core.errors import ConfigError, ConfigIssue
 from rlhooks.core.manager import merge_metrics
 from rlhooks.core.staleness import eviction_metrics, lag_metrics
 from rlhooks.engines.verl.v1 import ASYNC_TRAINER_MODES
-from rlhooks.engines.verl.v1.batches import SCORED_FIELDS, group_order, scored_batch
+from rlhooks.engines.verl.v1.batches import group_order
 from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer
 from rlhooks.engines.verl.v1.trainer import RLHooksPPOTrainerSync
 
@@ -164,10 +163,7 @@ class RLHooksReplayBufferAsync(RLHooksReplayBuffer, ReplayBufferAsync):
         if not keys:
             return
         keys = [keys[i] for i in group_order(keys)]
-        present = self._present_fields(partition_id, keys[0])
-        data = tq.kv_batch_get(keys=keys, partition_id=partition_id,
-                               select_fields=[f for f in SCORED_FIELDS if f in present])
-        batch = scored_batch(data, keys, self.trainer.tokenizer, self.trainer.adapter_functions)
+        batch = self.scored(partition_id, keys)
         unseen = ~np.isin(np.asarray(batch[cols.UID], dtype=object), np.asarray(sorted(judged_before), dtype=object))
         self.trainer.groups_evicted_stale(batch, unseen)
 

@@ -7,22 +7,25 @@ column             from (V1: the agent loop puts each trajectory's fields into T
 uid                ``uid`` (one per prompt; the rows of a group are made contiguous here)
 index              ``rlhooks_row`` (the dataset row the sampler drew; RowIndexedDataset)
 data_source        ``data_source``
-reward             ``rm_scores`` summed (the reward loop's score at the last response token)
+reward             ``rm_scores`` summed (the reward loop's score at the last response token), or the same
+                   score from ``reward_extra_info`` under verl's naive reward manager (no 4 bytes a token)
 <extra>            each key of ``extra_fields["reward_extra_info"]`` (``acc``, ...); NaN where a row lacks it
 reward_fn/<name>   the rlhooks reward adapter's per-function scores (``reward.custom_reward_function``)
 sample_id          ``<uid>/<session>`` from the TransferQueue key ``{uid}_{session}_{index}``
 policy_version     ``extra_fields["min_global_steps"]``: the weights version that began the response
 final_reward       ``token_level_rewards`` (after an in-reward KL penalty) or ``rm_scores``, summed
 advantage          ``advantages`` averaged over the response (step end only)
-response_length    ``responses`` lengths; ``prompt_length`` from ``prompts``
+response_length    the tags' ``response_len`` (else ``responses`` lengths); ``prompt_length`` likewise
 prompt, response   decoded lazily with the run's tokenizer; ``target`` from ``reward_model.ground_truth``
 complexity         ``extra_info["complexity_score"]``
 ================== ===========================================================================
+
+What is read up front and what when a plugin reads it (for its rows): :func:`scored_fields`, :func:`scored_batch`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,13 +35,44 @@ from rlhooks.core import batch as cols
 from rlhooks.core.batch import Batch
 from rlhooks.engines.verl.adapter import ROW_KEY, _decoder, _dict_field, _extra_column
 
-#: the fields read from TransferQueue for a scored group (all written by V1's agent loop, or the dataset)
+#: the fields a scored group's columns come from (all written by V1's agent loop, or the dataset); which of
+#: them are read is :func:`scored_fields`' choice
 SCORED_FIELDS = ("uid", "data_source", ROW_KEY, "rm_scores", "extra_fields", "prompts", "responses",
                  "reward_model", "extra_info")
+#: Batch column -> the TransferQueue field it comes from; any other column name (a reward extra such as
+#: ``acc``, ``reward_fn/<name>``, ``@extras``, ``policy_version``) comes from ``extra_fields``
+COLUMN_FIELDS = {cols.INDEX: ROW_KEY, cols.DATA_SOURCE: "data_source", cols.REWARD: "rm_scores",
+                 cols.TARGET: "reward_model", cols.COMPLEXITY: "extra_info", cols.PROMPT: "prompts",
+                 cols.PROMPT_LENGTH: "prompts", cols.RESPONSE: "responses", cols.RESPONSE_LENGTH: "responses"}
+#: columns that come from the keys, or only at step end / from the engine: no field at judging time
+NO_FIELD_COLUMNS = frozenset({cols.UID, cols.SAMPLE_ID, cols.ADVANTAGE, cols.FINAL_REWARD, cols.POLICY_LAG})
+#: fields never read up front: a column from them (text, target, complexity) is read for the rows a plugin
+#: reads (a table's few rows); the length columns come from TransferQueue's tags (``prompt_len``, ``response_len``)
+ROW_FIELDS = ("prompts", "responses", "reward_model", "extra_info")
+#: how a lazy column reads fields of some keys from TransferQueue: ``fetch(fields, keys) -> TensorDict``
+Fetch = Callable[[list[str], list[str]], Any]
 #: reward extras of the rlhooks reward adapter that are not a function's score
 ADAPTER_EXTRAS = ("acc", "reward_errors")
 #: the adapter's per-function error flag: ``reward_errors/<function>`` (1.0 when it raised or was not finite)
 ADAPTER_ERROR_PREFIX = "reward_errors/"
+
+
+def scored_fields(columns: frozenset[str] | None, present: set[str], *, reward_in_extras: bool = False) -> list[str]:
+    """The fields read up front (one read) for scored groups whose plugins read ``columns`` for every row
+    (None: every column); :func:`scored_batch` reads any other column when a plugin reads it, for its rows.
+
+    Always ``extra_fields`` (reward extras: the adapter's error counts, policy_version; small) and the reward's
+    field: ``rm_scores`` (4 bytes a response token), or nothing more where ``reward_in_extras`` (verl's naive
+    reward manager stores the score in the extras too: :func:`scored_batch`). Never :data:`ROW_FIELDS`."""
+    if columns is None:
+        wanted = set(SCORED_FIELDS)
+    else:
+        wanted = {COLUMN_FIELDS.get(c, "extra_fields") for c in columns if c not in NO_FIELD_COLUMNS}
+    wanted |= {"extra_fields", "rm_scores"}
+    if reward_in_extras:
+        wanted.discard("rm_scores")
+    wanted -= {"uid", *ROW_FIELDS}  # uid: from the key
+    return [f for f in SCORED_FIELDS if f in wanted and f in present]
 
 
 def objects(values: Any) -> np.ndarray:
@@ -79,9 +113,66 @@ def _padded(nested: torch.Tensor, padding: float = 0.0) -> torch.Tensor:
     return nested.to_padded_tensor(padding) if nested.is_nested else nested
 
 
-def scored_batch(data: Any, keys: Sequence[str], tokenizer: Any = None, adapter_functions: Sequence[str] = ()) -> Batch:
-    """One row per trajectory of finished groups, as read from TransferQueue (``data``: the TensorDict of
-    :data:`SCORED_FIELDS` for ``keys``, rows in ``keys`` order)."""
+def _token_sums(values: Any) -> np.ndarray:
+    return _padded(values).float().sum(-1).cpu().numpy().astype(np.float64)
+
+
+def _score_from_extras(infos: list[dict]) -> np.ndarray | None:
+    """The reward verl's naive reward manager put in ``rm_scores``: its ``score`` extra (a compute_score that
+    returns a dict) or ``acc`` (one that returns a float), rounded to float32 as ``rm_scores`` holds it (one
+    non-zero token: the sums are equal bit for bit). None when a row has neither."""
+    scores = [info.get("score", info.get("acc")) for info in infos]
+    if any(s is None or isinstance(s, (str, bytes, dict, list)) for s in scores):
+        return None
+    return np.asarray(scores, dtype=np.float32).astype(np.float64)
+
+
+def _tag_lengths(tags: Sequence[dict] | None, name: str) -> np.ndarray | None:
+    if not tags or not all(isinstance(t, dict) and name in t for t in tags):
+        return None
+    return np.fromiter((t[name] for t in tags), np.int64, len(tags))
+
+
+def fetched(fetch: Fetch, keys: Sequence[str], field: str, convert: Callable[[Any], np.ndarray]) -> cols.RowLazy:
+    """A column read from TransferQueue when a plugin reads it, for the rows it reads: ``convert`` turns the
+    field's values of those rows into the column."""
+    key_array = np.asarray(keys, dtype=object)
+
+    def read(sel: np.ndarray | None) -> np.ndarray:
+        wanted = key_array if sel is None else key_array[sel]
+        if not len(wanted):
+            return np.zeros(0, dtype=object)
+        return convert(fetch([field], wanted.tolist()).get(field))
+
+    return cols.RowLazy(read)
+
+
+def _text(tokenizer: Any) -> Callable[[Any], np.ndarray]:
+    def decode(ids: Any) -> np.ndarray:
+        if tokenizer is None:
+            raise cols.BatchError("text columns need the run's tokenizer, which this batch was built without")
+        lengths, padded = _lengths(ids), _padded(ids, 0)
+        mask = torch.arange(padded.shape[-1]).unsqueeze(0) < torch.as_tensor(lengths).unsqueeze(1)
+        return _decoder(tokenizer, padded, mask.long()).fn(None)
+
+    return decode
+
+
+def token_means(values: Any) -> np.ndarray:
+    """A per-token field averaged over each row's valid tokens (the jagged row's length): ``advantage``."""
+    return _token_sums(values) / np.maximum(_lengths(values), 1)
+
+
+def scored_batch(data: Any, keys: Sequence[str], tokenizer: Any = None, adapter_functions: Sequence[str] = (), *,
+                 fetch: Fetch | None = None, stored: Collection[str] = SCORED_FIELDS,
+                 tags: Sequence[dict] | None = None) -> Batch:
+    """One row per trajectory of finished groups, as read from TransferQueue (``data``: a TensorDict of
+    some of :data:`SCORED_FIELDS` for ``keys``, rows in ``keys`` order; :func:`scored_fields` chooses them).
+
+    With ``fetch``, the columns of fields ``stored`` in TransferQueue that ``data`` lacks are read when a
+    plugin reads them, for the rows it reads (RowLazy), and ``reward`` from ``rm_scores`` when ``data`` has
+    neither it nor a score extra. ``tags`` (TransferQueue's, in ``keys`` order) give the length columns
+    without reading the token ids."""
     present = set(data.keys())
     uid, sample_id = sessions(keys)
     n = len(keys)
@@ -90,13 +181,17 @@ def scored_batch(data: Any, keys: Sequence[str], tokenizer: Any = None, adapter_
                            else np.full(n, -1, dtype=np.int64))
     if "data_source" in present:
         columns[cols.DATA_SOURCE] = objects(data.get("data_source"))
-    rm = _padded(data.get("rm_scores"))
-    columns[cols.REWARD] = rm.float().sum(-1).cpu().numpy().astype(np.float64)
+    if "rm_scores" in present:
+        columns[cols.REWARD] = _token_sums(data.get("rm_scores"))
     lazy: dict[str, Callable[[], np.ndarray]] = {}
     extra_keys: list[str] = []
     if "extra_fields" in present:
         fields = objects(data.get("extra_fields"))
         infos = [((f or {}).get("reward_extra_info") or {}) if isinstance(f, dict) else {} for f in fields]
+        if cols.REWARD not in columns:
+            score = _score_from_extras(infos)
+            if score is not None:
+                columns[cols.REWARD] = score
         extra_keys = sorted({k for info in infos for k in info})
         for k in extra_keys:
             values = np.asarray([info.get(k, np.nan) for info in infos], dtype=object)
@@ -107,6 +202,30 @@ def scored_batch(data: Any, keys: Sequence[str], tokenizer: Any = None, adapter_
         versions = [f.get("min_global_steps") if isinstance(f, dict) else None for f in fields]
         if all(v is not None for v in versions):
             columns[cols.POLICY_VERSION] = np.asarray(versions, dtype=np.int64)
+    if cols.REWARD not in columns:
+        if fetch is None:
+            raise cols.BatchError("scored groups need rm_scores or a score extra: neither was read")
+        columns[cols.REWARD] = _token_sums(fetch(["rm_scores"], list(keys)).get("rm_scores"))
+    for name, tag in ((cols.RESPONSE_LENGTH, "response_len"), (cols.PROMPT_LENGTH, "prompt_len")):
+        known = _tag_lengths(tags, tag)
+        if known is not None:
+            lazy[name] = (lambda v=known: v)
+    later = [f for f in stored if f not in present] if fetch is not None else []
+    for field in later:  # not read up front: read when a plugin reads it, for its rows
+        if field in ("responses", "prompts"):
+            text, length = (cols.RESPONSE, cols.RESPONSE_LENGTH) if field == "responses" else (cols.PROMPT, cols.PROMPT_LENGTH)
+            lazy[text] = fetched(fetch, keys, field, _text(tokenizer))
+            lazy.setdefault(length, fetched(fetch, keys, field, _lengths))
+        elif field == ROW_KEY:
+            columns.pop(cols.INDEX)
+            lazy[cols.INDEX] = fetched(fetch, keys, ROW_KEY, lambda v: objects(v).astype(np.int64))
+        elif field == "data_source":
+            lazy[cols.DATA_SOURCE] = fetched(fetch, keys, field, objects)
+        elif field == "reward_model":
+            lazy[cols.TARGET] = fetched(fetch, keys, field, lambda v: _dict_field(objects(v), "ground_truth", None)())
+        elif field == "extra_info":
+            lazy[cols.COMPLEXITY] = fetched(fetch, keys, field,
+                                            lambda v: _dict_field(objects(v), "complexity_score", np.nan, np.float64)())
     if "responses" in present:
         responses = data.get("responses")
         lengths = _lengths(responses)

@@ -42,7 +42,7 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
 from rlhooks.core.errors import RLHooksError
 from rlhooks.engines.verl.v1 import TRAINER_MODE
-from rlhooks.engines.verl.v1.batches import SCORED_FIELDS, scored_batch
+from rlhooks.engines.verl.v1.batches import scored_batch, scored_fields
 
 #: what verl's sample() sees as "DAPO enabled" when rlhooks filters run (any non-None metric name)
 RLHOOKS_FILTERS = "rlhooks filters"
@@ -202,10 +202,7 @@ class RLHooksReplayBuffer(ReplayBuffer):
         out: dict[str, float | None] = {uid: None for uid in uids}
         if not keys:
             return out
-        present = self._present_fields(partition_id, keys[0])
-        data = tq.kv_batch_get(keys=keys, partition_id=partition_id,
-                               select_fields=[f for f in SCORED_FIELDS if f in present])
-        batch = scored_batch(data, keys, self.trainer.tokenizer, self.trainer.adapter_functions)
+        batch = self.scored(partition_id, keys)
         keep = self.trainer.groups_scored(batch)
         # V1 evicts whole groups: a group is dropped when a filter drops any of its rows (rlhooks filters
         # keep or drop whole groups)
@@ -216,10 +213,26 @@ class RLHooksReplayBuffer(ReplayBuffer):
         out.update(zip(names[dropped].tolist(), mean[dropped].tolist()))
         return out
 
-    def _present_fields(self, partition_id: str, key: str) -> set[str]:
-        """The fields TransferQueue holds for a trajectory (the dataset decides some, e.g. extra_info)."""
+    def scored(self, partition_id: str, keys: list[str]):
+        """The trajectories ``keys`` as a Batch: the fields the plugins read for every row read now, in one
+        read (``_present_fields``), the others when a plugin reads them, for its rows; lengths from the tags."""
+        fields = self._present_fields(partition_id, keys[0])
+        data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=fields)
+        tags = self.partitions[partition_id]
+        return scored_batch(data, keys, self.trainer.tokenizer, self.trainer.adapter_functions, fetch=self.fetcher(partition_id),
+                            stored=self._stored_fields, tags=[tags.get(k) for k in keys])
+
+    def _present_fields(self, partition_id: str, key: str) -> list[str]:
+        """The fields read up front to judge groups, decided once: of those TransferQueue holds for a
+        trajectory (the dataset decides some, e.g. extra_info; probed once with one trajectory), those the
+        run's plugins read (``batches.scored_fields``)."""
         fields = getattr(self, "_fields_cache", None)
         if fields is None:
-            probe = tq.kv_batch_get(keys=[key], partition_id=partition_id)
-            fields = self._fields_cache = set(probe.keys())
+            present = self._stored_fields = set(tq.kv_batch_get(keys=[key], partition_id=partition_id).keys())
+            fields = self._fields_cache = scored_fields(self.trainer.scored_columns, present,
+                                                        reward_in_extras=self.trainer.reward_in_extras)
         return fields
+
+    def fetcher(self, partition_id: str):
+        """``fetch(fields, keys)`` for lazy columns: a TransferQueue read of those fields of those keys."""
+        return lambda fields, keys: tq.kv_batch_get(keys=list(keys), partition_id=partition_id, select_fields=fields)

@@ -58,7 +58,9 @@ from rlhooks.engines.verl.v1 import (  # noqa: F401 (ADAPTER_MODULE, adapter_fun
     ADAPTER_MODULE, BASE_TRAINER_MODE, REPLAY_BUFFER_NAME, REPLAY_BUFFER_PATH, TRAINER_MODE, adapter_functions,
     check_v1_settings,
 )
-from rlhooks.engines.verl.v1.batches import SCORED_FIELDS, _lengths, _padded, adapter_error_counts, prompt_batch, scored_batch
+from rlhooks.engines.verl.v1.batches import (
+    _token_sums, adapter_error_counts, fetched, prompt_batch, scored_batch, scored_fields, token_means,
+)
 from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer
 
 log = structlog.get_logger("rlhooks.verl")
@@ -161,6 +163,12 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
             log.warning("algorithm.filter_groups.max_num_gen_batches / run.max_num_gen_batches is ignored on verl's V1 "
                         "trainer, as verl's own V1 replay buffer ignores it; "
                         "algorithm.filter_groups.max_inflight_gen_batches bounds concurrent generation")
+        # what scored groups are read with from TransferQueue, decided once (batches.scored_fields): the
+        # plugins' columns; the reward from the score extra where verl's naive reward manager wrote it there
+        self.scored_columns = self.rl.batch_columns()
+        reward = self.config.get("reward", None) or {}
+        self.reward_in_extras = (OmegaConf.select(reward, "reward_manager.name", default="naive") == "naive"
+                                 and not OmegaConf.select(reward, "reward_model.enable", default=False))
         self.replay_buffer.attach(
             self, filters=filters, train_batch_size=self.config.data.train_batch_size, gen_batch_size=gen_batch_size,
             max_inflight_gen_batches=int(groups.get("max_inflight_gen_batches", 1) or 1),
@@ -203,6 +211,9 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         self._filter_counts: dict[str, float] = {}
         self.rl.prompt_stage.begin_step()
 
+    #: the scored-batch columns the plugins read (None: all) and whether the reward is read from the extras
+    scored_columns: frozenset[str] | None = None
+    reward_in_extras = False
     #: rlhooks's seconds since the last step's metrics, the last step's end, nesting of rlhooks_time
     _rlhooks_seconds = _rlhooks_step_end_seconds = 0.0
     _rlhooks_timing_depth = 0
@@ -327,23 +338,24 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
     def _trained_batch(self, batch) -> Batch:
         """The trained (non-padding) trajectories read back from TransferQueue, with ``advantage`` and
         ``final_reward``."""
-        keys = [k for k, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
+        real = [(k, tag) for k, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
+        keys, tags = [k for k, _ in real], [tag for _, tag in real]
         if not keys:
             return Batch({}, length=0)
-        probe = tq.kv_batch_get(keys=keys[:1], partition_id=batch.partition_id)
+        partition = batch.partition_id
+        probe = tq.kv_batch_get(keys=keys[:1], partition_id=partition)
         present = set(probe.keys())
-        extra = [f for f in ("advantages", "token_level_rewards") if f in present]
-        data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id,
-                               select_fields=[f for f in SCORED_FIELDS if f in present] + extra)
-        trained = scored_batch(data, keys, self.tokenizer, self.adapter_functions)
-        columns = {}
-        if "advantages" in extra:  # mean over the response (its valid tokens: the jagged row's length)
-            adv = data.get("advantages")
-            lengths = np.maximum(_lengths(adv), 1)
-            columns[cols.ADVANTAGE] = _padded(adv).float().sum(-1).cpu().numpy().astype(np.float64) / lengths
-        rewards = data.get("token_level_rewards") if "token_level_rewards" in extra else data.get("rm_scores")
-        columns[cols.FINAL_REWARD] = _padded(rewards).float().sum(-1).cpu().numpy().astype(np.float64)
-        return trained.with_columns(**columns)
+        data = tq.kv_batch_get(keys=keys, partition_id=partition,
+                               select_fields=scored_fields(self.scored_columns, present, reward_in_extras=self.reward_in_extras))
+        fetch = self.replay_buffer.fetcher(partition)
+        trained = scored_batch(data, keys, self.tokenizer, self.adapter_functions, fetch=fetch, stored=present, tags=tags)
+        # the per-token fields (4 bytes a token each) are read when a plugin reads their column, for its rows
+        lazy = {}
+        if "advantages" in present:  # mean over the response (its valid tokens: the jagged row's length)
+            lazy[cols.ADVANTAGE] = fetched(fetch, keys, "advantages", token_means)
+        lazy[cols.FINAL_REWARD] = fetched(fetch, keys, "token_level_rewards" if "token_level_rewards" in present
+                                          else "rm_scores", _token_sums)
+        return trained.with_columns(_lazy=lazy)
 
     # -- checkpoints: verl's files, rlhooks's save order and resume rules (checkpoints.py) ----------
     def _save_checkpoint(self):
