@@ -124,6 +124,8 @@ V1_RELIED_ON: tuple[str, ...] = (
     "verl.trainer.main_ppo:TaskRunnerV1.run",
     _BUFFER + "__init__",
     _BUFFER + "sample",  # calls _terminal_eviction_reasons -> _dapo_filtered_keys; refills 2k per evicted group
+    _BUFFER + "_wait_for_next_poll",  # sleeps self.poll_interval, read at each poll (the rlhooks buffer adapts it)
+    "verl.utils.import_utils:load_extern_object",  # checks.py loads a custom_sampler as verl's trainer will
     _BUFFER + "_dapo_filtered_keys",  # overridden: the rlhooks filters decide which groups are evicted
     _BUFFER + "_terminal_eviction_reasons",
     _BUFFER + "_evict_terminal_groups",
@@ -198,7 +200,9 @@ ATTRIBUTES: dict[str, str] = {
     **{f"ReplayBuffer.{a}": _BUFFER + "__init__" for a in (
         "partitions", "pending_keys", "running_keys", "finished_keys", "failure_keys", "_dapo_classification_cache",
         "filter_groups_metric", "train_batch_size", "gen_batch_size", "max_inflight_gen_batches", "trainer_mode",
-        "sync_refill_failed_groups")},
+        "sync_refill_failed_groups",
+        # the poll the rlhooks buffer adapts (its sleep between polls) and the custom sampler's own settings
+        "poll_interval", "sampler_kwargs")},
 }
 
 #: members only some supported verl has (the rlhooks code reads them with getattr): recorded as ``missing``
