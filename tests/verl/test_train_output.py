@@ -42,6 +42,10 @@ OURS = [  # (as written, as shown)
     (RAY + "{", "{"), (RAY + '  "selection": "top"', '  "selection": "top"'), (RAY + "}", "}"),
     ('{"event": "reward alert", "level": "warning", "timestamp": "2026-11-27T16:04:07"}',
      '{"event": "reward alert", "level": "warning", "timestamp": "2026-11-27T16:04:07"}'),
+    # the driver's own line on a signal (driver.py writes it to descriptor 2, which the block redirects)
+    ("rlhooks: SIGTERM: the trainer is ending the run as interrupted (waiting up to 25 s; a second signal stops "
+     "at once)", "rlhooks: SIGTERM: the trainer is ending the run as interrupted (waiting up to 25 s; a second "
+     "signal stops at once)"),
 ]
 
 

@@ -410,8 +410,10 @@ def run_from_args(args: argparse.Namespace) -> int:
     from rlhooks.engines.verl import driver
 
     # the run's lock before Ray starts and before anything reads its checkpoint: a second run of this name is
-    # refused now, not after start-up; the TaskRunner adopts it (driver.in_task_runner)
-    with driver.locked(cfg):
+    # refused now, not after start-up; the TaskRunner adopts it (driver.in_task_runner). Joining a Ray cluster
+    # with a relative run directory, that directory is on the TaskRunner's node (run_output): it locks it there
+    remote_run_dir = joined_ray_cluster(cfg) and not driver.run_dir_of(cfg).is_absolute()
+    with contextlib.nullcontext() if remote_run_dir else driver.locked(cfg):
         metrics_file = run_metrics_file(cfg)
         start = metrics_file.stat().st_size if metrics_file.is_file() else 0
         with run_output(cfg, metrics_file, start, show_all=bool(getattr(args, "verbose", False))):

@@ -28,6 +28,8 @@ _CONSOLE = re.compile(r"^(step \d+ \| |run .+ started; output in |run ended: |�
 _STRUCTLOG = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d\S* \[(debug|info|warning|error|critical|exception)\s*\] ")
 #: verl's own progress bar (its fit loop's tqdm): the run's progress
 _PROGRESS = re.compile(r"^Training Progress:")
+#: the command's own one-line messages (a signal's "rlhooks: SIGTERM: ...", written to descriptor 2)
+_COMMAND = re.compile(r"^rlhooks: ")
 
 
 def clean(line: str) -> tuple[str, str | None]:
@@ -67,7 +69,7 @@ class LineFilter:
             if text.startswith("── "):
                 self._table_of.add(who)
             return text
-        if _STRUCTLOG.match(text) or _PROGRESS.match(text) or _structlog_json(text):
+        if _STRUCTLOG.match(text) or _PROGRESS.match(text) or _COMMAND.match(text) or _structlog_json(text):
             return text
         return None
 
