@@ -16,7 +16,7 @@ TORCH_SPEC ?= torch==2.13.0
 # whose fingerprints decide at start-up; see docs/how-to/verl.md#install)
 VERL_SPEC ?= verl[verl-core]==0.9.1
 
-.PHONY: demo test test-slow bench bench-quick bench-learning docs docs-serve setup setup-test setup-docs clean
+.PHONY: demo test test-slow bench bench-quick bench-quick-suite bench-learning docs docs-serve setup setup-test setup-docs clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,14 +51,18 @@ test: setup-test
 # Two workers, a test file per worker at a time (--dist loadfile: a file's module-scoped V1 runs stay together):
 # a V1 run on the CPU learner leaves the cores idle much of its time (waits on Ray actors and polls)
 test-slow: setup-test
-	$(PY) -m pytest -m slow -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -m slow -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 bench: setup-test
 	$(PY) -m benchmarks.run_all
 
-bench-quick: setup-test
-	$(PY) -m benchmarks.run_all --quick
+bench-quick: bench-quick-suite
 	$(PY) -m benchmarks.cpu_learning --quick --out runs/bench-cpu-learning-quick
+
+# every benchmarks/bench_*.py in quick mode (CI runs this; its V1 smoke run is make bench-learning's, which runs
+# the same benchmarks.cpu_learning path for 20 steps)
+bench-quick-suite: setup-test
+	$(PY) -m benchmarks.run_all --quick
 
 # the simulator's --compare configurations on the real CPU learner, on verl's V1 trainer (dapo and uniform, seeds
 # 0-2, 40 steps; docs/how-to/cpu-learner.md): writes benchmarks/CPU_LEARNING.md, .json and docs/img/cpu_learning.png,

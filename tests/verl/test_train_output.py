@@ -17,7 +17,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from rlhooks.engines.verl import summary as run_summary
-from rlhooks.engines.verl.output import LineFilter, VerlOutput
+from rlhooks.engines.verl.output import LineFilter, VerlOutput, terminal_stderr
 
 RECORDED = Path(__file__).resolve().parents[1] / "monitoring" / "recorded" / "v1-train"
 RAY = "\x1b[36m(_TaskRunnerV1 pid=9002)\x1b[0m "
@@ -42,10 +42,6 @@ OURS = [  # (as written, as shown)
     (RAY + "{", "{"), (RAY + '  "selection": "top"', '  "selection": "top"'), (RAY + "}", "}"),
     ('{"event": "reward alert", "level": "warning", "timestamp": "2026-11-27T16:04:07"}',
      '{"event": "reward alert", "level": "warning", "timestamp": "2026-11-27T16:04:07"}'),
-    # the driver's own line on a signal (driver.py writes it to descriptor 2, which the block redirects)
-    ("rlhooks: SIGTERM: the trainer is ending the run as interrupted (waiting up to 25 s; a second signal stops "
-     "at once)", "rlhooks: SIGTERM: the trainer is ending the run as interrupted (waiting up to 25 s; a second "
-     "signal stops at once)"),
 ]
 
 
@@ -73,6 +69,27 @@ def test_verls_output_goes_to_the_log_and_rlhooks_lines_to_the_terminal(tmp_path
     assert shown == [f"rlhooks train: verl's output goes to {log}; rlhooks's lines follow", OURS[0][1], OURS[3][1]]
     written = log.read_text()
     assert all(line in written for line in [*NOISE[:2], NOISE[3], OURS[0][0], OURS[3][0]])
+
+
+def test_the_commands_own_lines_go_to_the_terminals_stderr_not_to_the_log(tmp_path):
+    """What the driver says on a signal (driver.py) reaches the stderr the command had, not verl.log, while the
+    block sends descriptor 2 to the log."""
+    log, err = tmp_path / "run" / "verl.log", tmp_path / "stderr.txt"
+    line = b"rlhooks: SIGTERM: the trainer is ending the run as interrupted\n"
+    saved, fd = os.dup(2), os.open(err, os.O_WRONLY | os.O_CREAT)
+    os.dup2(fd, 2)
+    os.close(fd)
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    try:
+        with VerlOutput(log, terminal=quiet):
+            assert terminal_stderr() != 2
+            os.write(terminal_stderr(), line)
+        assert terminal_stderr() == 2
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(quiet)
+    assert err.read_bytes() == line and line not in log.read_bytes()
 
 
 def _cfg(tmp_path: Path, mode: str = "rlhooks_sync"):

@@ -39,6 +39,7 @@ import structlog
 from rlhooks.core import interrupt, rundir
 from rlhooks.core.errors import RLHooksError
 from rlhooks.core.records import METRICS_FILE, encode_record
+from rlhooks.engines.verl.output import terminal_stderr
 
 log = structlog.get_logger("rlhooks.verl")
 
@@ -89,8 +90,12 @@ class DriverSession:
     to verl's ``run_ppo`` (which creates the actor once Ray runs: the driver's signal handling starts then);
     ``run(call)`` runs ``call`` (verl's ``run_ppo``) and turns a forwarded signal into ``Interrupted``."""
 
-    def __init__(self, cfg: Any, *, grace_s: float = STOP_GRACE_S, metrics_start: int | None = None):
+    def __init__(self, cfg: Any, *, grace_s: float = STOP_GRACE_S, metrics_start: int | None = None,
+                 remote: bool = False):
         self.run_dir = run_dir_of(cfg)
+        #: the run directory is on the TaskRunner's node, not here (a relative one on a joined Ray cluster): the
+        #: TaskRunner takes its own lock there (no link), and a signal ends the run after the grace bound
+        self.remote = remote
         self.metrics_file = self.run_dir / METRICS_FILE
         self.start = (self.metrics_file.stat().st_size if self.metrics_file.is_file() else 0) \
             if metrics_start is None else metrics_start
@@ -102,8 +107,10 @@ class DriverSession:
         self.gave_up = False
         self._previous: dict[int, Any] = {}
 
-    def link(self) -> dict[str, Any]:
+    def link(self) -> dict[str, Any] | None:
         """What the TaskRunner needs (``in_task_runner``): the lock to adopt and where a stop request comes."""
+        if self.remote:
+            return None
         return {"run_dir": os.path.abspath(self.run_dir), "holder": rundir.lock_holder(self.run_dir),
                 "stop_file": os.path.abspath(self.run_dir / STOP_FILE), "token": self.token}
 
@@ -123,12 +130,12 @@ class DriverSession:
         if self.forwarded is None:
             self.forwarded = signum
             self.request_stop(signum)
-            os.write(2, f"rlhooks: {name}: the trainer is ending the run as interrupted (waiting up to "
+            os.write(terminal_stderr(), f"rlhooks: {name}: the trainer is ending the run as interrupted (waiting up to "
                         f"{self.grace_s:g} s; a second signal stops at once)\n".encode())
             self._previous.setdefault(signal.SIGALRM, signal.signal(signal.SIGALRM, self._on_grace_expired))
             signal.setitimer(signal.ITIMER_REAL, self.grace_s)
             return
-        os.write(2, f"\nrlhooks: second {name}: exiting now; the trainer's Ray processes are stopped with this "
+        os.write(terminal_stderr(), f"\nrlhooks: second {name}: exiting now; the trainer's Ray processes are stopped with this "
                     f"process and the run's end may not be recorded\n".encode())
         os._exit(128 + signum)
 
@@ -144,7 +151,7 @@ class DriverSession:
             with os.fdopen(fd, "w") as fh:
                 fh.write(f"{self.token} {int(signum)}")
         except OSError as exc:  # then only the grace bound ends it
-            os.write(2, f"rlhooks: cannot ask the trainer to stop ({exc.strerror or exc}: {self.run_dir / STOP_FILE})\n"
+            os.write(terminal_stderr(), f"rlhooks: cannot ask the trainer to stop ({exc.strerror or exc}: {self.run_dir / STOP_FILE})\n"
                      .encode())
 
     def _restore(self) -> None:

@@ -418,7 +418,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         start = metrics_file.stat().st_size if metrics_file.is_file() else 0
         with run_output(cfg, metrics_file, start, show_all=bool(getattr(args, "verbose", False))):
             try:
-                run(cfg, driver.DriverSession(cfg, metrics_start=start))
+                run(cfg, driver.DriverSession(cfg, metrics_start=start, remote=bool(remote_run_dir)))
             except Exception as exc:  # noqa: BLE001 - re-raised, unwrapped where Ray wrapped an rlhooks error
                 cause = raised_in_ray(exc)
                 if cause is not exc and isinstance(cause, RLHooksError):

@@ -28,8 +28,6 @@ _CONSOLE = re.compile(r"^(step \d+ \| |run .+ started; output in |run ended: |�
 _STRUCTLOG = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d\S* \[(debug|info|warning|error|critical|exception)\s*\] ")
 #: verl's own progress bar (its fit loop's tqdm): the run's progress
 _PROGRESS = re.compile(r"^Training Progress:")
-#: the command's own one-line messages (a signal's "rlhooks: SIGTERM: ...", written to descriptor 2)
-_COMMAND = re.compile(r"^rlhooks: ")
 
 
 def clean(line: str) -> tuple[str, str | None]:
@@ -69,7 +67,7 @@ class LineFilter:
             if text.startswith("── "):
                 self._table_of.add(who)
             return text
-        if _STRUCTLOG.match(text) or _PROGRESS.match(text) or _COMMAND.match(text) or _structlog_json(text):
+        if _STRUCTLOG.match(text) or _PROGRESS.match(text) or _structlog_json(text):
             return text
         return None
 
@@ -89,6 +87,10 @@ class VerlOutput:
         self._saved: tuple[int, int] | None = None
         self._filter = LineFilter()
 
+    def stderr(self) -> int:
+        """The descriptor 2 had before the block (the terminal's stderr)."""
+        return self._saved[1] if self._saved is not None else 2
+
     def __enter__(self) -> VerlOutput:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -103,9 +105,12 @@ class VerlOutput:
         self._thread = threading.Thread(target=self._follow, args=(start, out), name="rlhooks-verl-output",
                                         daemon=True)
         self._thread.start()
+        _active.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self in _active:
+            _active.remove(self)
         _flush()
         assert self._saved is not None
         os.dup2(self._saved[0], 1)
@@ -140,6 +145,16 @@ class VerlOutput:
         return line if self.show_all else self._filter(line)
 
 
+#: the VerlOutput blocks running in this process (innermost last)
+_active: list[VerlOutput] = []
+
+
+def terminal_stderr() -> int:
+    """Where the command's own messages go (a signal's "rlhooks: SIGTERM: ..."): the terminal's stderr, also while
+    a ``VerlOutput`` block sends descriptor 2 to verl.log."""
+    return _active[-1].stderr() if _active else 2
+
+
 def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -164,4 +179,4 @@ def verl_output(log: Path, *, show_all: bool = False) -> Iterator[VerlOutput | N
         out.__exit__(None, None, None)
 
 
-__all__ = ["VerlOutput", "LineFilter", "verl_output", "clean"]
+__all__ = ["VerlOutput", "LineFilter", "verl_output", "clean", "terminal_stderr"]
