@@ -75,6 +75,25 @@ def read_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any] | None]
         yield lineno, rec if isinstance(rec, dict) else None
 
 
+def records_past(path: str | Path, start: int = 0) -> Iterator[dict[str, Any]]:
+    """The records (JSON objects) written past byte ``start`` of a records file, e.g. the run a command just ran
+    in a file a resumed run appends to. Lines that are not a JSON object are skipped; a missing or unreadable
+    file has none."""
+    try:
+        fh = Path(path).open("rb")
+    except OSError:
+        return
+    with fh:
+        fh.seek(start)
+        for line in fh:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                yield rec
+
+
 def find_metrics_file(run: str | Path, reader: str = "rlhooks") -> Path:
     """``run`` itself if it is a file, else ``run/metrics.jsonl``, else the first one below ``run``.
 

@@ -594,6 +594,9 @@ def test_the_start_checks_accept_what_verl_accepts(checked, tmp_path):
         cfg = copy.deepcopy(checked)
         for key, value in updates.items():
             OmegaConf.update(cfg, key, value, force_add=True)
+        from rlhooks.engines.verl import checks
+
+        assert checks.start_issues(cfg) == [], updates  # nothing refused, and the whole start validation passes
         validate_verl_config(cfg)
 
 

@@ -38,7 +38,7 @@ import structlog
 
 from rlhooks.core import interrupt, rundir
 from rlhooks.core.errors import RLHooksError
-from rlhooks.core.records import METRICS_FILE, encode_record
+from rlhooks.core.records import METRICS_FILE, encode_record, records_past
 from rlhooks.engines.verl.output import terminal_stderr
 
 log = structlog.get_logger("rlhooks.verl")
@@ -232,27 +232,12 @@ class DriverSession:
 
 def records_since(metrics_file: Path, start: int) -> tuple[bool, str | None]:
     """(a ``run_start`` was written past byte ``start``, the status of the last ``run_end`` after it)."""
-    import json
-
     started, status = False, None
-    try:
-        fh = metrics_file.open("rb")
-    except OSError:
-        return False, None
-    with fh:
-        fh.seek(start)
-        for line in fh:
-            if b'"run_start"' not in line and b'"run_end"' not in line:
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            kind = record.get("kind") if isinstance(record, dict) else None
-            if kind == "run_start":
-                started, status = True, None
-            elif kind == "run_end":
-                status = record.get("status")
+    for record in records_past(metrics_file, start):
+        if record.get("kind") == "run_start":
+            started, status = True, None
+        elif record.get("kind") == "run_end":
+            status = record.get("status")
     return started, status
 
 

@@ -501,22 +501,12 @@ def run_outcome(metrics_file: Path, start: int = 0) -> str | None:
     """The status of the last ``run_end`` record written past byte ``start`` of ``metrics_file`` (the run
     that just ended; a resumed run appends to the file); None when there is none (no jsonl backend): the
     command then exits 0, as verl returned normally."""
-    import json
+    from rlhooks.core.records import records_past
 
-    if not metrics_file.is_file():
-        return None
     status = None
-    with metrics_file.open("rb") as fh:
-        fh.seek(start)
-        for line in fh:
-            if b'"run_end"' not in line:
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and record.get("kind") == "run_end":
-                status = record.get("status")
+    for record in records_past(metrics_file, start):
+        if record.get("kind") == "run_end":
+            status = record.get("status")
     return status
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from rlhooks.core.records import read_records
+from rlhooks.core.records import read_records, records_past
 from rlhooks.core.rundir import BOOKKEEPING, write_atomic
 
 log = structlog.get_logger("rlhooks.verl")
@@ -40,17 +40,11 @@ def read_steps(metrics_file: Path, start: int = 0) -> tuple[dict[int, dict[str, 
         if rec is not None and rec.get("kind") == "metrics" and isinstance(rec.get("metrics"), Mapping):
             steps.setdefault(int(rec.get("step", 0)), {}).update(rec["metrics"])
     status, since = None, set()
-    with metrics_file.open("rb") as fh:
-        fh.seek(start)
-        for line in fh:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and rec.get("kind") == "run_end":
-                status = rec.get("status")
-            elif isinstance(rec, dict) and rec.get("kind") == "metrics" and int(rec.get("step", 0)) >= 1:
-                since.add(int(rec["step"]))
+    for rec in records_past(metrics_file, start):
+        if rec.get("kind") == "run_end":
+            status = rec.get("status")
+        elif rec.get("kind") == "metrics" and int(rec.get("step", 0)) >= 1:
+            since.add(int(rec["step"]))
     return steps, status, len(since)
 
 
