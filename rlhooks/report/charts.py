@@ -144,6 +144,15 @@ def _step_ticks():
     return MaxNLocator(integer=True)
 
 
+def whole_step_limits(lo: float, hi: float) -> tuple[float, float]:
+    """The x range of a panel: at least one step either side of its middle, so a lone step (matplotlib's
+    1.9-2.1 around it) gets whole-step ticks too."""
+    if hi - lo >= 2:
+        return lo, hi
+    middle = (lo + hi) / 2
+    return middle - 1, middle + 1
+
+
 def line_marker(steps: np.ndarray) -> str | None:
     """The marker of a line over ``steps`` (None: a plain line)."""
     return "o" if len(steps) <= MARKER_POINTS else None
@@ -206,6 +215,7 @@ def render_chart(chart: Chart, runs: list[RunData], out_dir: Path) -> Path | Non
         smoothed = panel.smooth > 1 and not (panel.stacked and not multi)
         ax.set_title(panel.title_for(simulated) + (f" (moving avg {panel.smooth})" if smoothed else ""), fontsize=10)
         ax.set_xlabel("step", fontsize=9)
+        ax.set_xlim(*whole_step_limits(*ax.get_xlim()))
         ax.xaxis.set_major_locator(_step_ticks())  # steps are whole: no "1.975" ticks around a lone point
         if panel.ylabel:
             ax.set_ylabel(panel.ylabel, fontsize=9)

@@ -85,6 +85,15 @@ def test_a_lone_validation_point_is_drawn(v1_run, tmp_path):
     assert data_pixels(rgb, _validation_colours()) > 10
 
 
+def test_a_lone_step_gets_whole_step_ticks():
+    """One step on the x axis: matplotlib's range around it (1.9-2.1) is widened to a step either side, so the
+    ticks are whole steps (seen in a 2-step run's report in Chromium: 1.900, 1.925, ...)."""
+    from rlhooks.report.charts import whole_step_limits
+
+    assert whole_step_limits(1.9, 2.1) == pytest.approx((1.0, 3.0))
+    assert whole_step_limits(0.95, 40.05) == (0.95, 40.05)  # a run's steps: left as matplotlib chose
+
+
 def test_the_learner_chart_says_simulated_only_for_a_simulated_run(v1_run):
     """Item 7: on a real run the actor/* panels are verl's values, titled so."""
     real = load_run(v1_run)
