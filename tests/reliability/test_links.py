@@ -392,6 +392,13 @@ def test_rlhooks_report_after_the_run_ended_never_adopts_a_users_file(tmp_path: 
     _assert_notes_not_adopted(run_dir)
 
 
+def _has_a_whole_metrics_line(path: Path) -> bool:
+    if not path.is_file():
+        return False
+    whole = path.read_text().rpartition("\n")[0]  # a line still being written is not read
+    return any(json.loads(line).get("kind") == "metrics" for line in whole.splitlines() if line)
+
+
 @pytest.mark.slow
 def test_a_report_drawn_while_the_run_runs_is_the_runs_own(tmp_path: Path) -> None:
     """`rlhooks report RUN_DIR` on a running run, then the run ends: its rerun replaces report/ (it refused)."""
@@ -404,7 +411,9 @@ def test_a_report_drawn_while_the_run_runs_is_the_runs_own(tmp_path: Path) -> No
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").is_file():
+        metrics = run_dir / "metrics.jsonl"
+        # the file opens with run_start, before any step: wait for a step's metrics record
+        while time.monotonic() < deadline and not _has_a_whole_metrics_line(metrics):
             time.sleep(0.05)
         assert main(["report", str(run_dir)]) == 0
         assert json.loads((run_dir / MARKER_FILE).read_text())["finished"] is None  # drawn while it ran
