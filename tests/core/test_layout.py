@@ -91,7 +91,7 @@ def test_the_record_format_is_cores_and_its_readers_import_it_from_there():
     files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     # plugins reach it through the plugin API (rlhooks re-exports core.records), hosts directly
     for reader, via in (("rlhooks.report.reader", "rlhooks.core.records"),
-                        ("rlhooks.plugins.rewards.analyzer", "rlhooks"),
+                        ("rlhooks.monitoring.analyzer", "rlhooks"),
                         ("rlhooks.plugins.backends.jsonl", "rlhooks")):
         deps = _imports(files[reader], set(files))
         assert via in deps, reader
@@ -220,3 +220,31 @@ def test_nothing_v1_needs_imports_the_legacy_trainer():
         top = {n.module for n in ast.parse(files[module].read_text(encoding="utf-8")).body
                if isinstance(n, ast.ImportFrom) and n.module}
         assert not top & deps, module
+
+
+#: what the monitoring library may import: the plugin API (``rlhooks``), core, rlhooks' logging, itself
+MONITORING_MAY_IMPORT = ("rlhooks", "rlhooks.core", "rlhooks.logging", "rlhooks.monitoring")
+#: the library's old home (issue 39), each a deprecation alias of the moved module
+MONITORING_OLD_PATHS = {f"rlhooks.plugins.rewards.{n}": f"rlhooks.monitoring.{n}" for n in ("alerts", "analyzer", "stats")}
+
+
+def test_the_monitoring_library_is_a_package_below_the_plugins():
+    """Issue 39: reward monitoring is its own package, importing nothing above it (plugins, engines, the
+    dashboard, reports, the CLI); the reward_monitor plugin and the dashboard use it from there, and
+    nothing in rlhooks uses its old path."""
+    graph = _import_graph()
+    library = [m for m in graph if m == "rlhooks.monitoring" or m.startswith("rlhooks.monitoring.")]
+    assert set(library) >= {"rlhooks.monitoring", *MONITORING_OLD_PATHS.values()}
+    above = {m: sorted(d for d in graph[m] if not any(d == a or d.startswith(a + ".") for a in MONITORING_MAY_IMPORT[1:])
+                       and d != "rlhooks") for m in library}
+    assert {m: d for m, d in above.items() if d} == {}
+    assert not any(d.startswith("rlhooks.monitoring") for m in graph for d in graph[m]
+                   if m.startswith("rlhooks.core.") or m == "rlhooks")
+    users = {m for m in graph if m not in library and any(d.startswith("rlhooks.monitoring") for d in graph[m])}
+    assert {"rlhooks.plugins.rewards.monitor", "rlhooks.dashboard.app"} <= users
+    old_users = {m: graph[m] & set(MONITORING_OLD_PATHS) for m in graph if m not in MONITORING_OLD_PATHS}
+    assert {m: d for m, d in old_users.items() if d} == {}
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    for old, new in MONITORING_OLD_PATHS.items():  # an alias: imports its new module and nothing else
+        assert graph[old] == {new}, old
+        assert "DeprecationWarning" in files[old].read_text(encoding="utf-8"), old
