@@ -29,6 +29,7 @@ from rlhooks.engines.verl.legacy import cpu_runner  # noqa: E402
 from rlhooks.engines.verl.legacy.cpu_rollout import ColocatedWeights, CPURolloutManager, _hf_rollout_class  # noqa: E402
 from rlhooks.engines.verl.legacy.cpu_trainer import ReferenceGroup  # noqa: E402
 from rlhooks.engines.verl.main import compose_verl_config  # noqa: E402
+from rlhooks.plugins.rewards.functions import check_answer  # noqa: E402
 
 from ..verl_source import _tree, assigned_literal, call_dict_keys, params, subscript_stores  # noqa: E402
 
