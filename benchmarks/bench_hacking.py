@@ -30,7 +30,7 @@ from benchmarks.harness import Result
 
 from rlhooks.engines.sim.cli import default_config_path
 from rlhooks.engines.sim.engine import SimEngine, load_sim_config, prepare_data
-from rlhooks.plugins.rewards.analyzer import RewardAnalyzer
+from rlhooks.monitoring.analyzer import RewardAnalyzer
 
 #: scenario -> (planted?, change to the default config)
 SCENARIOS: dict[str, tuple[bool, dict[str, Any]]] = {

@@ -16,7 +16,7 @@ learnability sampler, and a curriculum vs uniform sampling, over several seeds, 
 A V1 run is what ``rlhooks train`` does with the CPU learner: ``main.build_config`` (the rlhooks trainer mode,
 replay buffer and reward adapter), verl's ``run_ppo`` with the rlhooks ``TaskRunnerV1``; all the runs of one
 invocation share one hermetic local Ray. The trainer runs in a Ray actor, so its figures are read back from
-verl's file logger (``read_verl_log``). A legacy run is ``runner.build_trainer(...).fit()`` in this process,
+verl's file logger (``read_verl_log``). A legacy run is the legacy package's ``build_cpu_trainer(...).fit()`` in this process,
 counted by an in-process plugin. Both start from the shipped policy: verl's trainer flow, workers, GRPO and PPO
 loss on the tiny model. Accuracy is verl's own validation (``trainer.test_freq``; greedy decoding of all 434
 prompts, ``val-core/<source>/acc/mean@1``), weighted by the sources' sizes. "Generated to target" counts the
@@ -161,11 +161,11 @@ def one_run(name: str, seed: int, steps: int, test_freq: int, out: Path, assets:
 
 def legacy_run(name: str, seed: int, steps: int, test_freq: int, out: Path, assets: tuple[Path, Path],
                lr: float = 1e-4) -> dict:
-    """The legacy CPU learner in this process (``runner.build_trainer(...).fit()``), counted by an in-process
+    """The legacy CPU learner in this process (its ``build_cpu_trainer(...).fit()``), counted by an in-process
     plugin: how the published legacy table was measured."""
     from omegaconf import OmegaConf, open_dict
 
-    from rlhooks.engines.verl.cpu import runner
+    from rlhooks.engines.verl import trainers
     from rlhooks.engines.verl.main import compose_verl_config
 
     cfg = compose_verl_config([*_verl_overrides(name, seed, steps, test_freq, out, assets, lr),
@@ -174,7 +174,8 @@ def legacy_run(name: str, seed: int, steps: int, test_freq: int, out: Path, asse
         cfg.rlhooks = OmegaConf.create(_rlhooks_block(name, seed, out))
     counter = Counter(_sizes())
     started = time.perf_counter()
-    trainer = runner.build_trainer(cfg, rlhooks_plugins=[("bench_counter", counter)])
+    legacy = trainers.removable("legacy")  # a ConfigError naming trainer.use_v1 once it is deleted
+    trainer = legacy.build_cpu_trainer(cfg, rlhooks_plugins=[("bench_counter", counter)])
     trainer.global_steps = 0  # the step-0 accuracy; fit()'s val_before_train would log it to verl's logger only
     initial = trainer._validate()
     counter.record_validation(0, {s: initial[f"val-core/{s}/acc/mean@1"] for s in counter.sizes})

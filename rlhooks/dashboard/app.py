@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 
 from rlhooks.dashboard.data import DashboardError, RunTail, label_runs
 from rlhooks.palette import PALETTE, series_colours
-from rlhooks.plugins.rewards.alerts import episodes_from_rows
+from rlhooks.monitoring.alerts import episodes_from_rows
 
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
 RAW_ROWS = 500  # steps shown in the raw-data table (the newest)

@@ -51,8 +51,10 @@ from rlhooks.testing.contracts import (  # noqa: E402
     OnSaveCheckpointContract,
     OnStepEndContract,
     OnValidationEndContract,
+    capabilities,
     hook_checked_by,
     implemented_hooks,
+    requires,
 )
 from rlhooks.testing.factories import (  # noqa: E402
     ODD_STRINGS,
@@ -76,5 +78,6 @@ __all__ = [
     "ReadBack", "PromptFilterContract", "HOOK_CONTRACTS", "COMPONENT_CONTRACTS", "PluginHarness", "RecordingRun",
     "make_dataset", "make_prompt_batch", "make_trajectory_batch", "make_step_metrics", "make_table_rows",
     "make_run_context", "make_config", "batch_differences", "ODD_STRINGS", "hook_checked_by", "implemented_hooks",
+    "capabilities", "requires",
     "default_filter_cases",
 ]

@@ -51,7 +51,7 @@ from rlhooks.core.registry import Registry
 from rlhooks.core.rewards import RewardEntry, RewardPipeline, resolve
 from rlhooks.testing import checks
 from rlhooks.testing.checks import PluginHarness, check_metrics_result, check_none_result, describe
-from rlhooks.testing.contracts import BatchFactory, HookPluginContract
+from rlhooks.testing.contracts import ENTRY_POINT, BatchFactory, HookPluginContract, requires
 from rlhooks.testing.factories import (
     ODD_STRINGS,
     batch_differences,
@@ -101,13 +101,12 @@ class ComponentContract(HookPluginContract):
     def plugin(self, component: Any, options: Any) -> Any:
         return instantiate(component, options) if options is not None else instantiate(component, None)
 
+    @requires("Options")
     def test_options_class_is_frozen_attrs(self, component: Any, options: Any) -> None:
         """Options are an attrs class (cattrs structures it; unknown keys are config errors), frozen."""
+        self._require_capability(component, "Options")
         cls = options_class(component)
-        if cls is None:
-            declared = getattr(component, "Options", None)
-            assert declared is None, f"{describe(component)}.Options is not an attrs class; use @attrs.frozen(kw_only=True)"
-            pytest.skip(f"{describe(component)} takes no options")
+        assert cls is not None, f"{describe(component)}.Options is not an attrs class; use @attrs.frozen(kw_only=True)"
         fields = attrs.fields(cls)
         if not fields:
             return
@@ -117,16 +116,18 @@ class ComponentContract(HookPluginContract):
             return
         raise AssertionError(f"{describe(cls)} is mutable; declare it with @attrs.frozen(kw_only=True)")
 
+    @requires("Options")
     def test_options_round_trip_through_config(self, component: Any, options: Any) -> None:
         """What ``rlhooks config check`` prints (options with defaults) must load back to the same options."""
+        self._require_capability(component, "Options")
         cls = options_class(component)
-        if cls is None:
-            pytest.skip(f"{describe(component)} takes no options")
+        assert cls is not None, f"{describe(component)}.Options is not an attrs class; use @attrs.frozen(kw_only=True)"
         printed = _converter.unstructure(options)
         again, issues = structure_options(cls, printed, "options", describe(component))
         assert not issues, f"the printed options {printed!r} do not load back:\n  " + "\n  ".join(map(str, issues))
         assert again == options, f"options changed through print + load: {options!r} -> {again!r}"
 
+    @requires(ENTRY_POINT)
     def test_entry_point_resolves(self, entry_point_name: str | None, component: Any, component_options: dict,
                                   component_kind: str) -> None:
         """The installed entry point names this component, and a YAML-style config enabling it validates."""
@@ -489,6 +490,7 @@ class PromptFilterContract(ComponentContract):
         b = self._select(instantiate(component, options), lambda: prompt_filter_batch(48, seed=7))
         assert np.array_equal(a, b), "select() gave different masks for identical prompt batches"
 
+    @requires("state_dict")
     def test_prompt_filter_state_round_trip_after_feedback(self, component: Any, options: Any,
                                                            sampler_data: DatasetColumns,
                                                            prompt_filter_batch: BatchFactory) -> None:
@@ -496,8 +498,7 @@ class PromptFilterContract(ComponentContract):
         saved with state_dict() and loaded into a fresh instance through pickle (as a checkpoint),
         judges the next steps' prompts and adjusts exactly like the uninterrupted one."""
         uninterrupted = instantiate(component, options)
-        if not callable(getattr(uninterrupted, "state_dict", None)):
-            pytest.skip(f"{describe(uninterrupted)} keeps no state (no state_dict())")
+        self._require_capability(uninterrupted, "state_dict")
 
         def steps(plugin: Any, numbers: range) -> list[np.ndarray]:
             h = PluginHarness(plugin)
@@ -592,10 +593,10 @@ class RewardFunctionContract(ComponentContract):
                 f"{describe(plugin)} scored {response!r:.40} twice differently"
             )
 
+    @requires("score_batch")
     def test_reward_score_batch_matches_per_row(self, plugin: Any, reward_cases: list[tuple[str, str]]) -> None:
-        batch_fn = getattr(plugin, "score_batch", None)
-        if batch_fn is None:
-            pytest.skip(f"{describe(plugin)} has no score_batch()")
+        self._require_capability(plugin, "score_batch")
+        batch_fn = plugin.score_batch
         pairs = [*reward_cases, *((s, reward_cases[0][1]) for s in ODD_STRINGS)]
         responses = np.asarray([p[0] for p in pairs], dtype=object)
         targets = np.asarray([p[1] for p in pairs], dtype=object)
@@ -608,12 +609,12 @@ class RewardFunctionContract(ComponentContract):
         empty = np.asarray(resolve(batch_fn(np.zeros(0, object), np.zeros(0, object))))
         assert empty.shape == (0,), f"score_batch of no rows returned shape {empty.shape}"
 
+    @requires("score_batch")
     def test_reward_score_batch_scores_a_whole_batch_in_one_call(self, plugin: Any,
                                                                   reward_cases: list[tuple[str, str]]) -> None:
         """In a RewardPipeline, a function with score_batch gets the whole batch in one call (an LLM judge
         batches its requests) and the pipeline never falls back to scoring row by row."""
-        if getattr(plugin, "score_batch", None) is None:
-            pytest.skip(f"{describe(plugin)} has no score_batch()")
+        self._require_capability(plugin, "score_batch")
         counting = _CountingScorer(plugin)
         pipe = RewardPipeline([RewardEntry("under_test", counting)])
         pairs = [*reward_cases, *((s, "42") for s in ODD_STRINGS)]

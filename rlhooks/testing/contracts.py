@@ -10,10 +10,12 @@ returning a fresh instance (a module works too)::
         def plugin(self):
             return MyPlugin()
 
-Every ``test_<hook>_*`` check of a hook the plugin does not implement is skipped at run time, or
-not collected at all when the class can tell at collection time which hooks the plugin implements
-(``hooks_under_test``; suites parametrized over several plugins use it). Checks that
-are expected to fail are declared by name (or ``name[param-id]``) and become strict xfails::
+A suite that names the plugin's class at collection time (``plugin_class``, or
+``component_under_test(params)`` for a suite parametrized over several plugins) collects only the
+checks that apply to it: those of the hooks it implements (``test_<hook>_*``), and those marked
+``@requires(...)`` whose capability it has (``state_dict``, ``score_batch``, ``Options``; see
+``capabilities``). A suite that gives only a ``plugin`` fixture skips them at run time instead.
+Checks that are expected to fail are declared by name (or ``name[param-id]``) and become strict xfails::
 
         xfail_checks = {"test_on_rewards_computed_empty_batch": "needs at least one group"}
 
@@ -35,6 +37,7 @@ import numpy as np
 import pytest
 
 from rlhooks.core.batch import Batch
+from rlhooks.core.components import instantiate, options_class
 from rlhooks.core.hookspecs import HOOK_NAMES
 from rlhooks.testing import checks
 from rlhooks.testing.checks import PluginHarness, check_metrics_result, check_none_result, describe
@@ -66,6 +69,44 @@ def implemented_hooks(obj: Any) -> frozenset[str]:
     return frozenset(h for h in HOOK_NAMES if getattr(getattr(obj, h, None), "rlhooks_impl", None) is not None)
 
 
+#: capabilities a check may require (``@requires``) besides its hook
+METHOD_CAPABILITIES = ("state_dict", "score_batch")
+#: pseudo-capabilities of a suite: it names the plugin's class at collection; it gives an entry-point name
+KNOWN_AT_COLLECTION = "known at collection"
+ENTRY_POINT = "entry point"
+
+
+def capabilities(obj: Any) -> frozenset[str]:
+    """What decides which checks apply to a plugin (class, instance, function or module): the hooks it
+    implements, the methods of ``METHOD_CAPABILITIES`` it has, and ``Options`` when it declares one."""
+    have = {name for name in METHOD_CAPABILITIES if getattr(obj, name, None) is not None}
+    if getattr(obj, "Options", None) is not None:
+        have.add("Options")
+    return implemented_hooks(obj) | have
+
+
+def requires(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a check as applying only to a plugin with these capabilities (see ``capabilities``)."""
+
+    def mark(check: Callable[..., Any]) -> Callable[..., Any]:
+        check.rlhooks_requires = frozenset(names)  # type: ignore[attr-defined]
+        return check
+
+    return mark
+
+
+def gives_entry_point(cls: type) -> bool:
+    """Whether a contract subclass gives its own ``entry_point_name`` fixture (the kit's returns None)."""
+    owner = next((c for c in cls.__mro__ if "entry_point_name" in vars(c)), None)
+    return owner is not None and owner.__module__ not in (__name__, "rlhooks.testing.components")
+
+
+def required_by(check: Callable[..., Any], name: str) -> frozenset[str]:
+    """Everything a check requires of the plugin: its hook (from its name) and its ``@requires`` marks."""
+    hook = hook_checked_by(name)
+    return frozenset(getattr(check, "rlhooks_requires", ())) | ({hook} if hook else set())
+
+
 class _ContractBase:
     """Fixtures shared by every contract. Override any of them in your subclass."""
 
@@ -74,9 +115,12 @@ class _ContractBase:
 
     @pytest.fixture
     def plugin(self) -> Any:
+        if self.plugin_class is not None:  # built as a run builds it, with default options
+            opts = options_class(self.plugin_class)
+            return instantiate(self.plugin_class, opts() if opts is not None else None)
         pytest.fail(
-            f"{type(self).__name__} must provide a `plugin` fixture returning a fresh instance of the plugin "
-            f"under test (see rlhooks.testing)"
+            f"{type(self).__name__} must set `plugin_class = <the class>` or provide a `plugin` fixture returning "
+            f"a fresh instance of the plugin under test (see rlhooks.testing)"
         )
 
     @pytest.fixture
@@ -115,29 +159,40 @@ class _ContractBase:
         harness.started = True
         return harness
 
-    #: the plugin's class (or module), when a suite tests one known class: checks of hooks it does
-    #: not implement are then not collected (instead of skipping at run time)
+    #: the plugin's class (function, or module), when a suite tests one known class: the checks that
+    #: do not apply to it are then not collected (instead of skipping at run time)
     plugin_class: ClassVar[Any] = None
 
     @classmethod
-    def hooks_under_test(cls, params: Mapping[str, Any]) -> frozenset[str] | None:
-        """The hooks implemented by the plugin that a test's parameters select, known at collection time.
+    def component_under_test(cls, params: Mapping[str, Any]) -> Any:
+        """The class (function, module) of the plugin a test's parameters select, known at collection time.
 
         ``params`` are the test's parametrized values (``{"builtin": ...}`` for a fixture with
-        ``params``). Return None (the default) when only the ``plugin`` fixture knows; then the
-        checks of unimplemented hooks skip at run time. A suite parametrized over several plugins
-        returns ``implemented_hooks(<the plugin class>)`` so that it collects only the
-        (plugin, hook) pairs that apply; the others are deselected. By default: the hooks of
-        ``plugin_class`` when it is set.
+        ``params``). None when only the ``plugin`` fixture knows; then checks that do not apply skip
+        at run time. By default ``plugin_class``; a suite parametrized over several plugins returns
+        the class its parameters select, so that it collects only the (plugin, check) pairs that apply.
         """
-        return None if cls.plugin_class is None else implemented_hooks(cls.plugin_class)
+        return cls.plugin_class
+
+    @classmethod
+    def hooks_under_test(cls, params: Mapping[str, Any]) -> frozenset[str] | None:
+        """The hooks implemented by the plugin that a test's parameters select, known at collection time;
+        by default those of ``component_under_test(params)``. Kept for suites that override it."""
+        known = cls.component_under_test(params)
+        return None if known is None else implemented_hooks(known)
 
     # -- helpers for checks ------------------------------------------------------------
     @staticmethod
     def _require(harness: PluginHarness, hook: str) -> None:
         if not harness.implements(hook):
-            # one generic reason, so pytest -ra folds these skips into a single summary line
+            # reached only when the suite does not name the plugin's class (plugin_class)
             pytest.skip("the plugin under test does not implement this hook")
+
+    @staticmethod
+    def _require_capability(obj: Any, name: str) -> None:
+        """Run-time fallback of ``@requires`` for a suite that does not name the plugin's class."""
+        if name not in capabilities(obj):
+            pytest.skip(f"{describe(obj)} has no {name} (name its class in plugin_class: this check is then not collected)")
 
     @staticmethod
     def _where(harness: PluginHarness, hook: str) -> str:
@@ -534,7 +589,8 @@ class HookPluginContract(
 
     @pytest.fixture
     def entry_point_name(self) -> str | None:
-        """The installed entry-point name; None skips the entry-point and YAML checks."""
+        """The installed entry-point name; without this fixture the entry-point and YAML checks are not collected
+        (a fixture of yours returning None skips them)."""
         return None
 
     @pytest.fixture
@@ -542,6 +598,7 @@ class HookPluginContract(
         """The component's kind (sampler, filter, reward, backend, plugin); the class's ``kind`` by default."""
         return self.kind
 
+    @requires(ENTRY_POINT)
     def test_entry_point_resolves(self, entry_point_name: str | None, plugin: Any, component_kind: str) -> None:
         """The installed entry point loads this plugin's class (or module), and a config naming it validates."""
         if entry_point_name is None:
@@ -589,14 +646,26 @@ class HookPluginContract(
         problems = checks.hook_like_undecorated(harness.plugin, harness.hooks)
         assert not problems, f"{describe(harness.plugin)}:\n  " + "\n  ".join(problems)
 
+    @requires(KNOWN_AT_COLLECTION)
+    def test_plugin_class_is_the_plugin(self, request: pytest.FixtureRequest, plugin: Any) -> None:
+        """The class the suite named at collection (which decided the checks collected) has what the plugin
+        under test has: no check was left out that applies to the plugin."""
+        params = dict(request.node.callspec.params) if hasattr(request.node, "callspec") else {}
+        known = self.component_under_test(params)
+        hooks = self.hooks_under_test(params)
+        named = capabilities(known) - implemented_hooks(known) | (hooks if hooks is not None else implemented_hooks(known))
+        assert capabilities(plugin) == named, (
+            f"{describe(plugin)} has {sorted(capabilities(plugin))}, but the class this suite names at collection "
+            f"({describe(known)}) has {sorted(named)}: the checks collected were chosen for the wrong plugin")
+
+    @requires("state_dict")
     def test_state_dict_round_trip(self, started: PluginHarness, trajectory_batch_factory: BatchFactory) -> None:
         """A plugin with ``state_dict()`` (saved with the run's checkpoint) pickles it and loads it back
         into a resumed run: the state after ``load_state_dict`` is the one saved."""
         import pickle
 
         plugin = started.plugin
-        if not callable(getattr(plugin, "state_dict", None)):
-            pytest.skip("the plugin keeps no state across a resume (no state_dict)")
+        self._require_capability(plugin, "state_dict")
         where = describe(plugin)
         assert callable(getattr(plugin, "load_state_dict", None)), (
             f"{where} has state_dict() but no load_state_dict(state): a resumed run could not restore it")

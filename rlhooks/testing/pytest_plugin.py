@@ -4,8 +4,9 @@
   importing this module does first);
 * ``xfail_checks = {"check_name": "reason"}`` on a contract subclass -> strict xfail markers
   (a key may name one parametrized case: ``"test_x[param-id]"``); unknown names are an error;
-* checks of hooks the plugin under test does not implement are deselected when the contract
-  class knows the plugin at collection time (``hooks_under_test``), and the summary says so;
+* checks that do not apply to the plugin under test (its hooks, its ``@requires`` capabilities)
+  are deselected when the contract class knows the plugin at collection time
+  (``plugin_class`` / ``component_under_test``), and the summary says so;
 * the ``rlhooks_run_factory`` fixture.
 """
 
@@ -19,7 +20,8 @@ from typing import Any
 import pytest
 
 import rlhooks
-from rlhooks.testing.contracts import hook_checked_by
+from rlhooks.core.hookspecs import HOOK_NAMES
+from rlhooks.testing.contracts import ENTRY_POINT, KNOWN_AT_COLLECTION, capabilities, gives_entry_point, required_by
 from rlhooks.testing.factories import RecordingRun, make_run_context
 
 
@@ -44,23 +46,35 @@ def _validate_xfail_checks(cls: type, checks: Any) -> None:
             )
 
 
-#: checks that apply only to a plugin with resumable state (``state_dict``)
-STATE_CHECKS = ("test_state_dict_round_trip",)
-
-
 def _applies(item: pytest.Item) -> bool:
-    """False for a hook check whose plugin (known from the test's parameters) lacks that hook, and
-    for a state check of a ``plugin_class`` without ``state_dict``."""
+    """False for a check that does not apply to the plugin the suite names at collection time
+    (``component_under_test`` / ``hooks_under_test`` of the test's parameters): a check of a hook it
+    does not implement, or one marked ``@requires`` a capability it lacks; and for the entry-point
+    checks of a suite without an ``entry_point_name`` fixture. When the suite names no plugin, every
+    check is kept (it skips at run time)."""
     cls = getattr(item, "cls", None)
-    if item.name.split("[", 1)[0] in STATE_CHECKS and getattr(cls, "plugin_class", None) is not None:
-        return callable(getattr(cls.plugin_class, "state_dict", None))
-    hooks_under_test = getattr(cls, "hooks_under_test", None) if cls is not None else None
-    hook = hook_checked_by(item.name) if hooks_under_test is not None else None
-    if hook is None:
+    if cls is None or not hasattr(cls, "component_under_test"):
+        return True
+    needs = required_by(getattr(item, "function", None), item.name)
+    if not needs:
         return True
     callspec = getattr(item, "callspec", None)
-    hooks = hooks_under_test(dict(callspec.params) if callspec is not None else {})
-    return hooks is None or hook in hooks
+    params = dict(callspec.params) if callspec is not None else {}
+    known = cls.component_under_test(params)
+    hooks = cls.hooks_under_test(params)
+    for need in needs:
+        if need == KNOWN_AT_COLLECTION:
+            if known is None:
+                return False
+        elif need == ENTRY_POINT:
+            if not gives_entry_point(cls):
+                return False
+        elif need in HOOK_NAMES:
+            if hooks is not None and need not in hooks:
+                return False
+        elif known is not None and need not in capabilities(known):
+            return False
+    return True
 
 
 _DESELECTED = pytest.StashKey[int]()
@@ -91,9 +105,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     n = config.stash.get(_DESELECTED, 0)
     if n:
         terminalreporter.write_line(
-            f"rlhooks contract kit: {n} deselected = checks of hooks the plugins under test do not implement "
-            f"(known from plugin_class / hooks_under_test), and the state round trip of a plugin_class without "
-            f"state_dict; nothing was left out of what they do implement"
+            f"rlhooks contract kit: {n} deselected = checks that do not apply to the plugins under test (hooks they "
+            f"do not implement; state_dict, score_batch or Options they lack), known from plugin_class / "
+            f"component_under_test, and entry-point checks of suites without an entry_point_name fixture; nothing "
+            f"was left out of what they do have"
         )
 
 

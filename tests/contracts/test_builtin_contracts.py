@@ -23,7 +23,6 @@ from rlhooks.testing import (
     ReadBack,
     RewardFunctionContract,
     SamplerContract,
-    implemented_hooks,
     make_dataset,
 )
 
@@ -36,10 +35,10 @@ class _FromCatalog:
     """Fixtures building one built-in from its catalog entry, as a config naming it would."""
 
     @classmethod
-    def hooks_under_test(cls, params: dict[str, Any]) -> frozenset[str] | None:
-        # the catalog knows each built-in's class: collect only the (built-in, hook) pairs that apply
+    def component_under_test(cls, params: dict[str, Any]) -> Any:
+        # the catalog knows each built-in's class: collect only the (built-in, check) pairs that apply
         builtin = params.get("builtin")
-        return implemented_hooks(builtin.obj) if builtin is not None else None
+        return builtin.obj if builtin is not None else None
 
     @pytest.fixture
     def component(self, builtin: Builtin) -> Any:

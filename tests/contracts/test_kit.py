@@ -645,3 +645,108 @@ class TestExactJudge(RewardFunctionContract):
     assert not failed, [r.nodeid for r in failed]
     ran = {r.nodeid.split("::")[1] for r in passed}
     assert ran == {"TestHeldOutGuard", "TestEasiestFirst", "TestExactJudge"}
+
+
+def test_the_kit_collects_only_the_checks_that_apply(pytester: pytest.Pytester) -> None:
+    """Issue 39 item 5: a suite naming its plugin's class collects the state round trip for a stateful
+    plugin (and it can fail), the option checks for a component with Options, the entry-point checks for
+    a suite giving an entry-point name, and none of them otherwise: nothing skips. Only a suite that gives
+    just a ``plugin`` fixture still skips at run time; a class that is not the plugin is caught."""
+    pytester.makepyfile(test_applies='''
+import pytest
+import attrs
+from rlhooks import hookimpl
+from rlhooks.testing import HookPluginContract, RewardFunctionContract
+
+class Stateless:
+    @hookimpl
+    def on_step_end(self, step):
+        pass
+
+class Counts(Stateless):
+    def __init__(self):
+        self.steps = 0
+
+    @hookimpl
+    def on_step_end(self, step):
+        self.steps += 1
+
+    def state_dict(self):
+        return {"steps": self.steps}
+
+    def load_state_dict(self, state):
+        self.steps = state["steps"]
+
+class Forgets(Counts):
+    def load_state_dict(self, state):
+        pass
+
+class TestStateless(HookPluginContract):
+    plugin_class = Stateless
+
+class TestCounts(HookPluginContract):
+    plugin_class = Counts
+
+class TestForgets(HookPluginContract):
+    plugin_class = Forgets
+
+class TestFixtureOnly(HookPluginContract):
+    @pytest.fixture
+    def plugin(self):
+        return Stateless()
+
+class TestWrongClass(HookPluginContract):
+    plugin_class = Stateless
+
+    @pytest.fixture
+    def plugin(self):
+        return Counts()
+
+def plain(response, target):
+    return float(response == target)
+
+class Scaled:
+    @attrs.frozen(kw_only=True)
+    class Options:
+        scale: float = 1.0
+
+    def __init__(self, options):
+        self.scale = options.scale
+
+    def __call__(self, response, target):
+        return self.scale * float(response == target)
+
+class TestPlain(RewardFunctionContract):
+    plugin_class = plain
+
+class TestScaled(RewardFunctionContract):
+    plugin_class = Scaled
+
+class TestScaledInstalled(RewardFunctionContract):
+    plugin_class = Scaled
+
+    @pytest.fixture
+    def entry_point_name(self):
+        return "not_installed_anywhere"
+''')
+    rec = pytester.inline_run("-p", "no:cacheprovider", "-p", "no:asyncio", "-q", "-k",
+                              "state_dict or options or plugin_class_is or entry_point")
+    out = {r.nodeid.split("::", 1)[1]: r.outcome for r in rec.getreports("pytest_runtest_logreport")
+           if r.when == "call" or r.outcome != "passed"}
+    assert out == {
+        "TestStateless::test_plugin_class_is_the_plugin": "passed",
+        "TestCounts::test_plugin_class_is_the_plugin": "passed",
+        "TestCounts::test_state_dict_round_trip": "passed",
+        "TestForgets::test_plugin_class_is_the_plugin": "passed",
+        "TestForgets::test_state_dict_round_trip": "failed",
+        "TestFixtureOnly::test_state_dict_round_trip": "skipped",  # the plugin is unknown until its fixture runs
+        "TestWrongClass::test_plugin_class_is_the_plugin": "failed",
+        "TestPlain::test_plugin_class_is_the_plugin": "passed",
+        "TestScaled::test_plugin_class_is_the_plugin": "passed",
+        "TestScaled::test_options_class_is_frozen_attrs": "passed",
+        "TestScaled::test_options_round_trip_through_config": "passed",
+        "TestScaledInstalled::test_plugin_class_is_the_plugin": "passed",
+        "TestScaledInstalled::test_options_class_is_frozen_attrs": "passed",
+        "TestScaledInstalled::test_options_round_trip_through_config": "passed",
+        "TestScaledInstalled::test_entry_point_resolves": "failed",
+    }, out

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 from pathlib import Path
+
+import pytest
 
 import rlhooks
 
@@ -91,7 +94,7 @@ def test_the_record_format_is_cores_and_its_readers_import_it_from_there():
     files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     # plugins reach it through the plugin API (rlhooks re-exports core.records), hosts directly
     for reader, via in (("rlhooks.report.reader", "rlhooks.core.records"),
-                        ("rlhooks.plugins.rewards.analyzer", "rlhooks"),
+                        ("rlhooks.monitoring.analyzer", "rlhooks"),
                         ("rlhooks.plugins.backends.jsonl", "rlhooks")):
         deps = _imports(files[reader], set(files))
         assert via in deps, reader
@@ -196,27 +199,132 @@ def test_the_plugin_guide_lists_the_host_surface():
     assert missing == []
 
 
-#: verl's legacy trainer and what exists only for it: the folder, and the CPU learner's legacy flow
-LEGACY_ONLY = ("rlhooks.engines.verl.legacy", "rlhooks.engines.verl.cpu.trainer", "rlhooks.engines.verl.cpu.rollout")
-#: the only places outside LEGACY_ONLY that reach it, each a lazy import on the legacy path (one commit deletes
-#: them with the folder: docs/DEVELOPMENT.md, "verl V1 is the default path")
-LEGACY_ENTRANCES = {
-    "rlhooks.engines.verl": {"rlhooks.engines.verl.legacy.trainer"},  # the RLHooksRayPPOTrainer names
-    "rlhooks.engines.verl.main": {"rlhooks.engines.verl.legacy.runner"},  # trainer.use_v1=false
-    "rlhooks.engines.verl.cpu.runner": {"rlhooks.engines.verl.cpu.trainer"},  # build_trainer, the legacy CPU learner
-}
+#: verl's legacy trainer and all that exists only for it: its code, its tests; and the one entry naming it
+LEGACY_FOLDERS = ("rlhooks/engines/verl/legacy", "tests/verl/legacy")
+LEGACY_ENTRY = ("rlhooks/engines/verl/trainers.py", '{"legacy": "rlhooks.engines.verl.legacy"}', "{}")
+_MODULE_PATH = re.compile(r"^(?:pkg://)?((?:rlhooks|tests)(?:\.\w+)+)(?::\w+)?$")
 
 
-def _is_legacy(module: str) -> bool:
-    return any(module == m or module.startswith(m + ".") for m in LEGACY_ONLY)
+def _references(root: Path) -> dict[str, set[str]]:
+    """Every module of rlhooks/ and tests/ under ``root`` -> the modules it imports (absolute or relative,
+    anywhere in it) or names in a string that is a module path (``importlib``, ``pkg://``, Ray hooks)."""
+    out: dict[str, set[str]] = {}
+    for path in sorted([*(root / "rlhooks").rglob("*.py"), *(root / "tests").rglob("*.py")]):
+        parts = path.relative_to(root).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        package = parts[:-1]
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or "" if not node.level else ".".join(
+                    [*package[:len(package) - node.level + 1], *([node.module] if node.module else [])])
+                names.add(base)
+                names.update(f"{base}.{a.name}" for a in node.names)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_PATH.match(node.value):
+                names.add(_MODULE_PATH.match(node.value).group(1))
+        out[module] = names
+    return out
 
 
-def test_nothing_v1_needs_imports_the_legacy_trainer():
+def _legacy_reached_from_outside(root: Path) -> dict[str, set[str]]:
+    legacy = tuple(f.replace("/", ".") for f in LEGACY_FOLDERS)
+    inside = lambda m: any(m == p or m.startswith(p + ".") for p in legacy)  # noqa: E731
+    return {m: {d for d in deps if inside(d)} for m, deps in _references(root).items()
+            if not inside(m) and m != __name__ and any(inside(d) for d in deps)}  # this test names them
+
+
+def test_the_legacy_trainer_is_one_folder_of_code_one_of_tests_and_one_entry():
+    """Issue 39: verl's legacy trainer, its CPU learner, its adapter and its tests are deleted by deleting
+    LEGACY_FOLDERS and the trainers.REMOVABLE entry: nothing else imports or names them, tests included
+    (a lazy import, an importlib or pkg:// string counts)."""
+    root = PACKAGE.parent
+    assert _legacy_reached_from_outside(root) == {"rlhooks.engines.verl.trainers": {"rlhooks.engines.verl.legacy"}}
+    entry_file, entry, _ = LEGACY_ENTRY
+    assert entry in (root / entry_file).read_text(encoding="utf-8")
+    # the scanner sees the ways in: relative, lazy and string imports
+    refs = _references(root)
+    assert "tests.verl.verl_shim_helpers" in refs["tests.verl.legacy.legacy_helpers"]
+    assert "tests.verl.legacy.cluster_standins" in refs["tests.verl.legacy.test_verl_ray_cluster"]
+    assert "rlhooks.engines.verl.legacy.cpu_trainer" in refs["rlhooks.engines.verl.legacy.cpu_runner"]
+
+
+def delete_legacy(root: Path) -> None:
+    """What the commit deleting the legacy trainer does (docs/DEVELOPMENT.md, issue 39 layout)."""
+    import shutil
+
+    for folder in LEGACY_FOLDERS:
+        shutil.rmtree(root / folder)
+    entry_file, entry, replacement = LEGACY_ENTRY
+    text = (root / entry_file).read_text(encoding="utf-8")
+    assert entry in text
+    (root / entry_file).write_text(text.replace(entry, replacement), encoding="utf-8")
+
+
+@pytest.mark.slow  # a copy of the tree, its imports, pytest's collection of every test there (~90 s) and 4 tests
+def test_deleting_the_legacy_folders_and_entry_leaves_everything_else_importing_and_collecting(tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    root = PACKAGE.parent
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=root,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    copy = tmp_path / "tree"
+    for name in filter(None, listed):
+        if (root / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / name, copy / name)
+    delete_legacy(copy)
+    assert _legacy_reached_from_outside(copy) == {}
+    assert not any("legacy" in d for m, deps in _references(copy).items() if m != __name__ for d in deps
+                   if d.startswith("rlhooks.engines"))
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    imports = ("import rlhooks.engines.verl as v, rlhooks.engines.verl.main, rlhooks.engines.verl.compat as c, "
+               "rlhooks.engines.verl.cpu.runner, rlhooks.engines.sim, rlhooks.host; "
+               "assert v.__file__.startswith(%r) and 'legacy' not in c.TRAINERS; print('ok')" % str(copy))
+    done = subprocess.run([sys.executable, "-c", imports], cwd=copy, env=env, capture_output=True, text=True)
+    assert done.stdout.strip() == "ok", done.stderr[-3000:]
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                "tests"], cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+    lines = collected.stdout.strip().splitlines()
+    assert collected.returncode == 0 and "error" not in lines[-1], collected.stdout[-3000:]
+    assert not [line for line in lines if line.startswith("ERROR")] and "tests collected" in lines[-1]
+    # the layout tests but this and the one above (about the folders: the deleting commit deletes them too)
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k",
+                          "not legacy_trainer_is_one_folder and not deleting_the_legacy", "tests/core/test_layout.py",
+                          "tests/verl/test_verl_main.py::test_an_rlhooks_without_the_legacy_trainer_refuses_use_v1_false_by_name",
+                          "tests/verl/test_checkpoints.py::test_a_garbled_rlhooks_state_is_one_error_naming_it",
+                          "tests/verl/test_verl_compat.py::test_installed_verl_matches_its_recorded_fingerprint"],
+                         cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stdout[-3000:]
+
+
+#: what the monitoring library may import: the plugin API (``rlhooks``), core, rlhooks' logging, itself
+MONITORING_MAY_IMPORT = ("rlhooks", "rlhooks.core", "rlhooks.logging", "rlhooks.monitoring")
+#: the library's old home (issue 39), each a deprecation alias of the moved module
+MONITORING_OLD_PATHS = {f"rlhooks.plugins.rewards.{n}": f"rlhooks.monitoring.{n}" for n in ("alerts", "analyzer", "stats")}
+
+
+def test_the_monitoring_library_is_a_package_below_the_plugins():
+    """Issue 39: reward monitoring is its own package, importing nothing above it (plugins, engines, the
+    dashboard, reports, the CLI); the reward_monitor plugin and the dashboard use it from there, and
+    nothing in rlhooks uses its old path."""
     graph = _import_graph()
-    reached = {m: {d for d in deps if _is_legacy(d)} for m, deps in graph.items() if not _is_legacy(m)}
-    assert {m: d for m, d in reached.items() if d} == LEGACY_ENTRANCES
+    library = [m for m in graph if m == "rlhooks.monitoring" or m.startswith("rlhooks.monitoring.")]
+    assert set(library) >= {"rlhooks.monitoring", *MONITORING_OLD_PATHS.values()}
+    above = {m: sorted(d for d in graph[m] if not any(d == a or d.startswith(a + ".") for a in MONITORING_MAY_IMPORT[1:])
+                       and d != "rlhooks") for m in library}
+    assert {m: d for m, d in above.items() if d} == {}
+    assert not any(d.startswith("rlhooks.monitoring") for m in graph for d in graph[m]
+                   if m.startswith("rlhooks.core.") or m == "rlhooks")
+    users = {m for m in graph if m not in library and any(d.startswith("rlhooks.monitoring") for d in graph[m])}
+    assert {"rlhooks.plugins.rewards.monitor", "rlhooks.dashboard.app"} <= users
+    old_users = {m: graph[m] & set(MONITORING_OLD_PATHS) for m in graph if m not in MONITORING_OLD_PATHS}
+    assert {m: d for m, d in old_users.items() if d} == {}
     files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
-    for module, deps in LEGACY_ENTRANCES.items():  # lazily: not at module level
-        top = {n.module for n in ast.parse(files[module].read_text(encoding="utf-8")).body
-               if isinstance(n, ast.ImportFrom) and n.module}
-        assert not top & deps, module
+    for old, new in MONITORING_OLD_PATHS.items():  # an alias: imports its new module and nothing else
+        assert graph[old] == {new}, old
+        assert "DeprecationWarning" in files[old].read_text(encoding="utf-8"), old

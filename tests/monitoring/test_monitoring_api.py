@@ -131,7 +131,7 @@ def test_reward_analyzer_examples_as_written():
 
 def test_reward_history_metrics_equal_the_monitors_own():
     """The analyzer turns raw scores into the same step metrics as the reward_monitor plugin."""
-    from rlhooks.plugins.rewards.stats import function_stats, reward_stats
+    from rlhooks.monitoring.stats import function_stats, reward_stats
 
     reward_history, steps, _, _ = fake_training_loop(5)
     an = RewardAnalyzer()._over(reward_history, steps)
@@ -210,3 +210,31 @@ def test_an_empty_reward_history_is_named_as_such():
 
     with pytest.raises(AnalyzerError, match="reward_history is empty: give one dict per step"):
         RewardAnalyzer().analyze_quality([], [])
+
+
+@pytest.mark.parametrize("name", ["alerts", "analyzer", "stats"])
+def test_the_old_import_paths_still_work_with_a_deprecation_warning(name, monkeypatch):
+    """Issue 39: the library moved from rlhooks.plugins.rewards to its own package; the old module is the
+    new one (private names included), with a DeprecationWarning naming the new path."""
+    import importlib
+
+    old = f"rlhooks.plugins.rewards.{name}"
+    monkeypatch.delitem(sys.modules, old, raising=False)
+    with pytest.warns(DeprecationWarning, match=f"{old} moved to rlhooks.monitoring.{name}"):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(f"rlhooks.monitoring.{name}")
+
+
+def test_a_checkpoint_saved_before_the_move_still_loads():
+    """reward_monitor's state holds AlertLevel members: a checkpoint pickled them under the old module."""
+    import pickle
+    import warnings
+
+    from rlhooks.monitoring.alerts import AlertLevel
+
+    saved = pickle.dumps({"level": AlertLevel.CRITICAL}, protocol=0)
+    assert b"rlhooks.monitoring.alerts" in saved
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        loaded = pickle.loads(saved.replace(b"rlhooks.monitoring.alerts", b"rlhooks.plugins.rewards.alerts"))
+    assert loaded == {"level": AlertLevel.CRITICAL} and loaded["level"] is AlertLevel.CRITICAL

@@ -9,7 +9,7 @@ import pytest
 from .conftest import DEMO_STEPS
 
 from rlhooks.monitoring import RewardAnalyzer
-from rlhooks.plugins.rewards.analyzer import DECLARED, OBSERVED
+from rlhooks.monitoring.analyzer import DECLARED, OBSERVED
 
 
 def test_run_end_and_from_jsonl_agree_on_a_simulated_run(demo_run):

@@ -5,7 +5,8 @@ The actor is verl's ``FSDPCheckpointManager`` over the CPU learner's tiny policy
 whose ``save_checkpoint``/``load_checkpoint`` have the worker group's signatures, so the trainer's own
 ``_save_checkpoint``/``_load_checkpoint`` run on it unchanged. The trainer is built without its
 ``__init__`` (which needs workers, datasets and a run): the attributes these two methods read are set.
-Each test runs on both trainers: the legacy one (``legacy/trainer.py``) and V1's (``v1/trainer.py``).
+Each test runs on V1's trainer (``v1/trainer.py``) and on every other trainer of ``trainers.REMOVABLE`` (the
+legacy one, ``legacy/trainer.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from rlhooks.core.errors import RLHooksError  # noqa: E402
 from rlhooks.engines.verl.cpu import platform, policy  # noqa: E402
 from rlhooks.engines.verl.main import compose_verl_config  # noqa: E402
-from rlhooks.engines.verl.legacy.trainer import RLHooksRayPPOTrainer  # noqa: E402
+from rlhooks.engines.verl import trainers  # noqa: E402
 from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer  # noqa: E402
 from rlhooks.engines.verl.v1.trainer import RLHooksPPOTrainerSync  # noqa: E402
 
@@ -84,15 +85,15 @@ def weights_step(actor) -> float:
 
 
 _BASE: dict = {}
-_TRAINER = {"kind": "legacy"}
+_TRAINER = {"kind": "v1"}
 
 
-@pytest.fixture(autouse=True, params=["legacy", "v1"])
+@pytest.fixture(autouse=True, params=[*trainers.REMOVABLE, "v1"])
 def trainer_kind(request):
-    """Every test on the legacy trainer and on verl's V1 trainer (the same checkpoints.py rules)."""
+    """Every test on verl's V1 trainer and the legacy one (the same checkpoints.py rules)."""
     _TRAINER["kind"] = request.param
     yield request.param
-    _TRAINER["kind"] = "legacy"
+    _TRAINER["kind"] = "v1"
 
 
 def verl_config(root: Path, *overrides: str):
@@ -118,7 +119,8 @@ def make_trainer(actor, root: Path, run_dir: Path, *overrides: str):
         trainer.replay_buffer = RLHooksReplayBuffer(trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None,
                                                     max_off_policy_strategy="drop", sampler_kwargs={})
     else:
-        trainer = object.__new__(RLHooksRayPPOTrainer)
+        package = trainers.removable(_TRAINER["kind"])
+        trainer = object.__new__(package.trainer_class(package.TRAINER_NAMES[0]))
     trainer.config, trainer.global_steps, trainer._epoch = cfg, 0, 0
     trainer.actor_rollout_wg, trainer.use_critic = actor, False
     trainer.train_dataloader = StatefulDataLoader(list(range(40)), batch_size=4)
@@ -398,11 +400,11 @@ def test_a_checkpoint_another_run_wrote_is_refused_naming_both(actor, tmp_path, 
     assert (f"cannot resume from step 2: {root / 'global_step_2'} was written by run 'first' on {trainer}, and this "
             f"is run 'second' on {trainer}: a run resumes only its own checkpoints") in str(err.value)
     assert weights_step(actor) == -1  # refused before verl loaded the actor
-    other = "v1" if trainer_kind == "legacy" else "legacy"
-    _TRAINER["kind"] = other
-    with pytest.raises(RLHooksError, match=f"written by run 'first' on {trainer}, and this is run 'first' on the "
-                                           f"{'V1' if other == 'v1' else 'legacy'} trainer"):
-        resume(actor, root, tmp_path / "first")
+    for other in [k for k in (*trainers.REMOVABLE, "v1") if k != trainer_kind]:  # each other trainer
+        _TRAINER["kind"] = other
+        with pytest.raises(RLHooksError, match=f"written by run 'first' on {trainer}, and this is run 'first' on the "
+                                               f"{'V1' if other == 'v1' else other} trainer"):
+            resume(actor, root, tmp_path / "first")
     _TRAINER["kind"] = trainer_kind
     if trainer_kind == "v1":
         with pytest.raises(RLHooksError, match="this is run 'first' on the V1 trainer in mode rlhooks_colocate_async"):

@@ -76,8 +76,6 @@ def test_the_cpu_learner_runs_the_trainer_verls_config_selects(composed, tmp_pat
     assert not any("use_v1" in o for o in runner.verl_overrides(tmp_path, tmp_path))  # nothing sets it behind the user's back
     assert ray_learner.uses_v1(composed)  # verl's default: V1
     assert not ray_learner.uses_v1(_with(composed, trainer__use_v1=False))
-    with pytest.raises(ValueError, match="set trainer.use_v1=false"):  # the legacy builder refuses a V1 config
-        runner.build_trainer(composed)
 
 
 def test_v1_on_the_cpu_needs_the_cpu_rollout(composed):

@@ -155,7 +155,7 @@ def test_the_summary_starts_at_the_step_0_validation_and_reads_the_lag(tmp_path)
 
 def test_a_relative_run_directory_on_a_joined_ray_cluster_is_left_to_the_taskrunner(tmp_path, monkeypatch, capsys):
     """Joining a Ray cluster, a relative out_dir names a directory where the TaskRunner's node ran `ray start`:
-    rlhooks train writes nothing of the run where it runs (tests/verl/test_verl_ray_cluster.py checks it on a
+    rlhooks train writes nothing of the run where it runs (tests/verl/legacy/test_verl_ray_cluster.py checks it on a
     real cluster) and says so."""
     from rlhooks.engines.verl.main import run_output
 

@@ -28,7 +28,7 @@ from rlhooks.engines.verl.checkpoints import MANIFEST_KEY, read_state  # noqa: E
 from rlhooks.engines.verl.config import rlhooks_config  # noqa: E402
 from rlhooks.engines.verl.main import build_config  # noqa: E402
 
-from .test_verl_run_hooks import Validations  # noqa: E402
+from .verl_shim_helpers import Validations  # noqa: E402
 
 pytestmark = pytest.mark.verl
 

@@ -295,14 +295,6 @@ def test_a_disagreeing_run_key_names_both_keys_in_the_yaml(tmp_path):
         load_sim_config(str(path))
 
 
-def test_the_documents_trainer_name_is_the_rlhooks_trainer():
-    from rlhooks.engines.verl import RayPPOTrainerWithSampling as RayPPOTrainer
-    from rlhooks.engines.verl.legacy.trainer import RLHooksRayPPOTrainer
-    from verl.trainer.ppo.ray_trainer import RayPPOTrainer as VerlRayPPOTrainer
-
-    assert RayPPOTrainer is RLHooksRayPPOTrainer and issubclass(RayPPOTrainer, VerlRayPPOTrainer)
-
-
 def test_verl_config_sections_list_matches_verls_own_config():
     from rlhooks.core.config import VERL_CONFIG_SECTIONS
 
@@ -389,11 +381,23 @@ def test_run_picks_the_task_runner_of_the_trainer_in_use(monkeypatch):
     monkeypatch.setattr(main_ppo, "run_ppo", lambda cfg, task_runner_class: picked.append(task_runner_class))
     monkeypatch.setattr(rl_main, "validate_verl_config", lambda cfg: None)
     rl_main.run(build_config(None, []))
-    rl_main.run(build_config(None, ["trainer.use_v1=false"]))
-    from rlhooks.engines.verl.legacy.runner import RLHooksTaskRunner
     from rlhooks.engines.verl.v1.runner import RLHooksTaskRunnerV1
 
-    assert picked == [RLHooksTaskRunnerV1, RLHooksTaskRunner]
+    assert picked == [RLHooksTaskRunnerV1]  # the legacy trainer's: tests/verl/legacy/test_legacy_entry.py
+
+
+def test_an_rlhooks_without_the_legacy_trainer_refuses_use_v1_false_by_name(monkeypatch):
+    """What deleting legacy/ and its trainers.REMOVABLE entry leaves: trainer.use_v1=false is a config error."""
+    import verl.trainer.main_ppo as main_ppo
+
+    from rlhooks.engines.verl import main as rl_main
+    from rlhooks.engines.verl import trainers
+
+    monkeypatch.setattr(trainers, "REMOVABLE", {})
+    monkeypatch.setattr(main_ppo, "run_ppo", lambda cfg, task_runner_class: pytest.fail("ran"))
+    monkeypatch.setattr(rl_main, "validate_verl_config", lambda cfg: None)
+    with pytest.raises(ConfigError, match=r"verl.trainer.use_v1: this rlhooks has no legacy trainer: it runs verl's V1"):
+        rl_main.run(build_config(None, ["trainer.use_v1=false"]))
 
 
 # -- rewards: on V1 (verl's reward loop scores through the rlhooks adapter) ---------------------------

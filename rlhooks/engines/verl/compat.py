@@ -7,7 +7,7 @@ both call verl's workers, metric functions and ``DataProto``, and read verl's co
 ``algorithm.filter_groups.metric`` means when unset). A verl release can break that without an API
 change, and a release with a new number can leave all of it untouched. :func:`check_verl` fingerprints
 each member the trainer in use relies on (:data:`SHARED_RELIED_ON` plus :data:`V1_RELIED_ON` or
-:data:`LEGACY_RELIED_ON`): a hash of its code read from verl's source with :mod:`ast` (:class:`SourceTree`;
+:data:`V1_RELIED_ON`, a removable trainer's ``RELIED_ON``): a hash of its code read from verl's source with :mod:`ast` (:class:`SourceTree`;
 comments, docstrings and formatting do not count), reads verl's defaults of :data:`CONFIG_DEFAULTS`, and
 compares both with what was recorded per reviewed verl in ``verl_fingerprints.json`` (0.9.1, and verl's
 main at a reviewed commit). ``rlhooks train`` checks once the config says which trainer runs (``--dry-run``
@@ -37,6 +37,7 @@ from importlib import metadata
 from pathlib import Path
 
 from rlhooks.core.errors import RLHooksError
+from rlhooks.engines.verl import trainers
 
 #: verl releases the shim was tested on in CI (pyproject's ``verl`` extra allows the next minor,
 #: whose fingerprints decide at start-up)
@@ -46,7 +47,6 @@ ALLOW_ENV = "RLHOOKS_ALLOW_UNSUPPORTED_VERL"
 FINGERPRINT_FILE = Path(__file__).with_name("verl_fingerprints.json")
 RECORD_COMMAND = "python -m rlhooks.engines.verl.compat --record"
 
-_TRAINER = "verl.trainer.ppo.ray_trainer:RayPPOTrainer."
 _V1 = "verl.trainer.ppo.v1.trainer_base:PPOTrainer."
 _BUFFER = "verl.trainer.ppo.v1.replay_buffer:ReplayBuffer."
 _PROTO = "verl.protocol:DataProto."
@@ -67,41 +67,6 @@ SHARED_RELIED_ON: tuple[str, ...] = (
     "verl.trainer.ppo.utils:need_critic",
     "verl.trainer.ppo.utils:need_reference_policy",
     "verl.trainer.main_ppo:run_ppo",  # called with task_runner_class (the rlhooks TaskRunner)
-)
-
-#: verl code the legacy restatement (legacy/) restates (fit), calls or overrides; deleted with legacy/
-LEGACY_RELIED_ON: tuple[str, ...] = (
-    _TRAINER + "fit",  # restated step by step in RLHooksRayPPOTrainer.fit and its helpers
-    _TRAINER + "__init__",  # sets the attributes the shim reads (use_rm, kl_ctrl_in_reward, _dump_executor, ...)
-    _TRAINER + "init_workers",  # builds the worker groups, rollout and checkpoint managers the shim calls
-    *(_TRAINER + name for name in (
-        "_create_dataloader", "_validate", "_init_dump_executor", "_shutdown_dump_executor",
-        "_start_profiling", "_stop_profiling", "_get_gen_batch", "_compute_reward_colocate",
-        "_balance_batch", "_compute_old_log_prob", "_compute_ref_log_prob", "_compute_values",
-        "_update_actor", "_update_critic", "_save_checkpoint", "_load_checkpoint", "_log_rollout_data",
-    )),  # _save_checkpoint: restated in checkpoints.CheckpointWriter.save (the order changed, see there)
-    # what a complete checkpoint is (the files the loader reads) and the rotation the shim replaces
-    "verl.utils.checkpoint.fsdp_checkpoint_manager:FSDPCheckpointManager.save_checkpoint",
-    "verl.utils.checkpoint.fsdp_checkpoint_manager:FSDPCheckpointManager.load_checkpoint",
-    "verl.trainer.ppo.ray_trainer:apply_kl_penalty",
-    "verl.trainer.ppo.ray_trainer:compute_advantage",
-    "verl.trainer.ppo.ray_trainer:compute_response_mask",
-    "verl.trainer.ppo.ray_trainer:compute_spec_decode_metrics",
-    "verl.trainer.ppo.reward:extract_reward",
-    "verl.trainer.ppo.core_algos:agg_loss",
-    "verl.trainer.main_ppo_v0:TaskRunner.run",  # run by the rlhooks TaskRunner with the trainer class swapped
-    # what the step hands batches to and reads back from
-    "verl.experimental.agent_loop.agent_loop:AgentLoopManager.generate_sequences",
-    "verl.workers.engine_workers:TrainingWorker._postprocess_output",  # when metrics["mfu"] exists
-    "verl.checkpoint_engine:CheckpointEngineManager.update_weights",
-    "verl.checkpoint_engine:CheckpointEngineManager.sleep_replicas",
-    "verl.utils.checkpoint.checkpoint_manager:should_save_ckpt_esi",
-    # the metric functions the shim calls
-    *(f"verl.trainer.ppo.metric_utils:{name}" for name in (
-        "compute_timing_metrics", "compute_throughout_metrics", "compute_variance_proxy_metrics")),
-    "verl.utils.debug.metrics:calculate_debug_metrics",
-    "verl.trainer.ppo.rollout_corr_helper:apply_bypass_mode",
-    "verl.trainer.ppo.rollout_corr_helper:compute_rollout_correction_and_add_to_batch",
 )
 
 #: verl code the V1 trainer (v1/) subclasses, overrides or calls: not restated, but the lifecycle it hooks
@@ -215,15 +180,19 @@ VERSION_DEPENDENT = frozenset({
 MAIN_LABEL = "0.10.0.dev+1dda039"
 
 #: every member fingerprinted (what --record writes)
-RELIED_ON: tuple[str, ...] = SHARED_RELIED_ON + LEGACY_RELIED_ON + V1_RELIED_ON + CPU_LEARNER_RELIED_ON
-TRAINERS = {"legacy": LEGACY_RELIED_ON, "v1": V1_RELIED_ON, "cpu": CPU_LEARNER_RELIED_ON}
+#: the other trainers' packages (trainers.REMOVABLE: the legacy one), each listing what it relies on
+_REMOVABLE = {name: trainers.removable(name) for name in trainers.REMOVABLE}
+RELIED_ON: tuple[str, ...] = (SHARED_RELIED_ON + tuple(m for pkg in _REMOVABLE.values() for m in pkg.RELIED_ON)
+                              + V1_RELIED_ON + CPU_LEARNER_RELIED_ON)
+TRAINERS = {**{name: pkg.RELIED_ON for name, pkg in _REMOVABLE.items()}, "v1": V1_RELIED_ON,
+            "cpu": CPU_LEARNER_RELIED_ON}
 
 #: verl config defaults rlhooks relies on (its meaning of verl's keys reads them), per trainer; recorded
 #: as ``config:<key>`` with their JSON value, checked like code
 SHARED_CONFIG_DEFAULTS = ("algorithm.filter_groups.enable", "algorithm.filter_groups.max_num_gen_batches",
                           "data.gen_batch_size", "trainer.use_v1")
 CONFIG_DEFAULTS = {
-    "legacy": SHARED_CONFIG_DEFAULTS + ("algorithm.filter_groups.metric",),
+    **{name: SHARED_CONFIG_DEFAULTS + pkg.CONFIG_DEFAULTS for name, pkg in _REMOVABLE.items()},
     "v1": SHARED_CONFIG_DEFAULTS + ("algorithm.filter_groups.metric", "trainer.v1.trainer_mode",
                                     "trainer.v1.sampler.custom_sampler", "trainer.v1.sampler.sync_refill_failed_groups"),
 }

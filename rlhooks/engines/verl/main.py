@@ -17,7 +17,7 @@ Overrides are routed by prefix:
 
 The trainer is the one verl's config selects: V1 (``trainer.use_v1=true``, verl's default;
 :mod:`rlhooks.engines.verl.v1`) or the legacy one (``trainer.use_v1=false``;
-:mod:`rlhooks.engines.verl.legacy`, imported only then). The rlhooks config is validated before Ray starts.
+:mod:`rlhooks.engines.verl.legacy` through ``trainers.REMOVABLE``, imported only then). The rlhooks config is validated before Ray starts.
 """
 
 from __future__ import annotations
@@ -387,8 +387,10 @@ def run(cfg: Any, session: Any = None) -> None:
     forward_rlhooks_env(cfg)
     if trainer_in_use(cfg) == "v1":
         from rlhooks.engines.verl.v1.runner import RLHooksTaskRunnerV1 as task_runner
-    else:  # imported only here: a verl without the legacy trainer runs V1
-        from rlhooks.engines.verl.legacy.runner import RLHooksTaskRunner as task_runner
+    else:  # another trainer's package, imported only here: a verl without it runs V1
+        from rlhooks.engines.verl import trainers
+
+        task_runner = trainers.removable(trainer_in_use(cfg)).task_runner()
     call(lambda: run_ppo(cfg, task_runner_class=wrap(task_runner)))
 
 

@@ -52,9 +52,9 @@ import numpy as np
 import structlog
 
 from rlhooks import ADVANTAGE, REWARD, REWARD_FN_PREFIX, Batch, RunContext, hookimpl, write_atomic
-from rlhooks.plugins.rewards.alerts import DEFAULT_ALERTS, AlertManager, AlertSpec
-from rlhooks.plugins.rewards.analyzer import AnalyzerError, RewardAnalyzer
-from rlhooks.plugins.rewards.stats import function_stats, reward_stats
+from rlhooks.monitoring.alerts import DEFAULT_ALERTS, AlertManager, AlertSpec
+from rlhooks.monitoring.analyzer import AnalyzerError, RewardAnalyzer
+from rlhooks.monitoring.stats import function_stats, reward_stats
 
 log = structlog.get_logger("rlhooks.rewards.monitor")
 

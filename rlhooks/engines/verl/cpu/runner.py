@@ -1,12 +1,8 @@
 """``rlhooks train`` on CPU, on the trainer verl's config selects (``trainer.use_v1``, verl's default true).
 
-V1 (``cpu.ray_learner``): verl's own ``run_ppo`` with ``TaskRunnerV1`` on a local Ray.
-
-Legacy (``trainer.use_v1=false``): verl's legacy TaskRunner.run, in this process, with CPULearnerTrainer.
-verl's TaskRunner (a Ray actor) builds the tokenizer from the model config, the datasets and the
-sampler, then the trainer, its workers, and calls fit(). This does the same steps with verl's own
-functions (``HFModelConfig``, ``create_rl_dataset``, ``create_rl_sampler``, ``validate_config``);
-only the worker groups differ (see ``cpu.trainer``). No Ray is started.
+V1 (``cpu.ray_learner``): verl's own ``run_ppo`` with ``TaskRunnerV1`` on a local Ray. Another trainer
+(``trainers.REMOVABLE``: the legacy one, ``trainer.use_v1=false``) runs its own CPU learner
+(``run_cpu_learner``), in this process.
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rlhooks.engines.verl.cpu import platform, policy, tasks
+from rlhooks.engines.verl.cpu import policy, tasks
 
 
 def verl_overrides(policy_dir: str | Path, train_file: str | Path, val_file: str | Path | None = None, *,
@@ -119,57 +115,20 @@ def check_local_files(cfg: Any) -> None:
                           kind="verl config")
 
 
-def build_trainer(cfg: Any, *, rlhooks_plugins: Iterable[tuple[str, Any]] = ()):
-    """The legacy CPU learner (``trainer.use_v1=false``) for a composed verl config (with its ``rlhooks:``
-    block), workers initialized."""
-    from rlhooks.engines.verl.cpu import ray_learner
-
-    if ray_learner.uses_v1(cfg):
-        raise ValueError("build_trainer builds the CPU learner on verl's legacy trainer, and this config selects "
-                         "V1 (trainer.use_v1 is true, verl's default): set trainer.use_v1=false, or train with "
-                         "runner.run, which runs the trainer the config selects")
-    check_local_files(cfg)
-    platform.install()  # before anything asks verl for its platform
-    from verl.trainer.ppo.utils import Role, create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy
-    from verl.utils.config import omega_conf_to_dataclass, validate_config
-    from verl.utils.dataset.rl_dataset import collate_fn
-
-    from rlhooks.engines.verl.cpu.trainer import CPULearnerTrainer
-
-    if need_critic(cfg):
-        raise ValueError("the CPU learner trains without a critic: use a critic-free advantage estimator "
-                         "(algorithm.adv_estimator=grpo, rloo, ...)")
-    use_portable_attention(cfg)
-    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=False)
-    model_config = omega_conf_to_dataclass(cfg.actor_rollout_ref.model)
-    tokenizer, processor = model_config.tokenizer, model_config.processor
-    train = create_rl_dataset(cfg.data.train_files, cfg.data, tokenizer, processor, is_train=True,
-                              max_samples=cfg.data.get("train_max_samples", -1))
-    val = create_rl_dataset(cfg.data.val_files, cfg.data, tokenizer, processor, is_train=False,
-                            max_samples=cfg.data.get("val_max_samples", -1))
-    roles = {Role.ActorRollout: object}
-    if need_reference_policy(cfg):
-        roles[Role.RefPolicy] = object
-    trainer = CPULearnerTrainer(
-        config=cfg, tokenizer=tokenizer, processor=processor, role_worker_mapping=roles,
-        resource_pool_manager=None, train_dataset=train, val_dataset=val, collate_fn=collate_fn,
-        train_sampler=create_rl_sampler(cfg.data, train), rlhooks_plugins=rlhooks_plugins,
-    )
-    trainer.init_workers()
-    return trainer
-
-
 def run(cfg: Any, task_runner_class: Any = None) -> None:
     """Train on the trainer the config selects: V1 through verl's ``run_ppo`` with ``task_runner_class``
-    (verl's ``TaskRunnerV1`` by default), legacy in this process."""
-    from rlhooks.engines.verl.cpu import ray_learner
+    (verl's ``TaskRunnerV1`` by default), another trainer by its own CPU learner, in this process."""
+    from rlhooks.engines.verl import trainers
+    from rlhooks.engines.verl.config import trainer_in_use
 
     check_local_files(cfg)
     use_portable_attention(cfg)
-    if ray_learner.uses_v1(cfg):
+    if trainer_in_use(cfg) == "v1":
+        from rlhooks.engines.verl.cpu import ray_learner
+
         ray_learner.run(cfg, task_runner_class)
     else:
-        build_trainer(cfg).fit()
+        trainers.removable(trainer_in_use(cfg)).run_cpu_learner(cfg)
 
 
 def prepare(directory: str | Path) -> tuple[Path, Path]:

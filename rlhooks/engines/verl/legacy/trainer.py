@@ -47,8 +47,9 @@ from rlhooks.core.data import declared_columns
 from rlhooks.core.driver import StepDriver
 from rlhooks.core.errors import ConfigError, ConfigIssue
 from rlhooks.core.manager import RunManager
-from rlhooks.engines.verl import adapter, checkpoints, compat
+from rlhooks.engines.verl import checkpoints, compat
 from rlhooks.engines.verl.config import rlhooks_config
+from rlhooks.engines.verl.legacy import adapter
 from verl import DataProto
 from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
 from verl.trainer.ppo.metric_utils import (

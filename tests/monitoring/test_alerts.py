@@ -7,7 +7,7 @@ import pytest
 
 from rlhooks import ConfigError
 from rlhooks.host import load_config
-from rlhooks.plugins.rewards.alerts import AlertManager, AlertSpec, slope
+from rlhooks.monitoring.alerts import AlertManager, AlertSpec, slope
 
 
 def test_slope_matches_least_squares():

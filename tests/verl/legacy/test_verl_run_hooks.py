@@ -10,12 +10,11 @@ pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="needs verl[verl-core
 
 import numpy as np  # noqa: E402
 
-from rlhooks import hookimpl  # noqa: E402
 from rlhooks.engines.verl.adapter import validation_per_source  # noqa: E402
 from rlhooks.engines.verl.checkpoints import MANIFEST_KEY, read_state  # noqa: E402
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer  # noqa: E402
 from .test_verl_trainer import make_trainer, verl_config  # noqa: E402
-from .verl_shim_helpers import Recorder, write_dataset  # noqa: E402
+from ..verl_shim_helpers import Validations, write_dataset  # noqa: E402
 
 pytestmark = pytest.mark.verl
 
@@ -27,7 +26,7 @@ def data_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from .verl_shim_helpers import make_tokenizer
+    from ..verl_shim_helpers import make_tokenizer
 
     return make_tokenizer()
 
@@ -45,38 +44,6 @@ def test_validation_per_source_reads_verls_own_metric_keys():
     assert per["math"]["reward/mean@2"] == 0.25 and "acc/best@2/mean" in per["math"]
     # every per-source key verl wrote is there, under its own name
     assert sum(len(m) - 1 for m in per.values()) == len(metrics)
-
-
-class Validations(Recorder):
-    def __init__(self, stop_at=None):
-        super().__init__()
-        self.stop_at, self.run = stop_at, None
-
-    @hookimpl
-    def on_run_start(self, run):
-        self.run = run
-        super().on_run_start(run)
-
-    @hookimpl
-    def on_validation_end(self, step, metrics, per_source):
-        self.events.append(("on_validation_end", step, dict(metrics), {s: dict(m) for s, m in per_source.items()}))
-        return {"held_out/sources": len(per_source)}
-
-    @hookimpl
-    def on_step_end(self, step, batch, metrics):
-        out = super().on_step_end(step, batch, metrics)
-        if step == self.stop_at:
-            self.run.request_stop(f"stop at {step}")
-        return out
-
-    @hookimpl
-    def on_save_checkpoint(self, step, checkpoint_dir):
-        self.events.append(("on_save_checkpoint", step, checkpoint_dir))
-        (checkpoint_dir / "validations.txt").write_text(str(len(self.of("on_validation_end"))))  # its own file
-
-    @hookimpl
-    def on_load_checkpoint(self, step, checkpoint_dir):
-        self.events.append(("on_load_checkpoint", step, checkpoint_dir))
 
 
 def test_verls_validation_reaches_plugins_per_source(tmp_path, data_file, tokenizer):

@@ -28,8 +28,8 @@ pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="needs verl[verl-core
 pytest.importorskip("ray", reason="needs ray (verl[verl-core])")
 
 from .cluster_standins import PROBE_ENV  # noqa: E402
-from .ray_cluster import LocalRayCluster, hermetic_env, local_ray_cluster  # noqa: E402
-from .verl_shim_helpers import WORDS, make_tokenizer, write_dataset  # noqa: E402
+from ..ray_cluster import LocalRayCluster, hermetic_env, local_ray_cluster  # noqa: E402
+from ..verl_shim_helpers import WORDS, make_tokenizer, write_dataset  # noqa: E402
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow]
 
@@ -124,7 +124,7 @@ def train(cluster: LocalRayCluster, plugin_site: Path, model_files: dict[str, Pa
     env.pop("RLHOOKS_LOG_JSON", None)
     res = subprocess.run(
         [sys.executable, "-m", "rlhooks.cli", "--log-json", "train", "--config", str(config),
-         "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=tests.verl.cluster_standins.install",
+         "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=tests.verl.legacy.cluster_standins.install",
          f"+ray_kwargs.ray_init.runtime_env.env_vars.{PROBE_ENV}={probe}"],
         cwd=launch, env=env, capture_output=True, text=True, timeout=400,
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlhooks.plugins.rewards.alerts import AlertManager, AlertSpec, episodes_from_rows
+from rlhooks.monitoring.alerts import AlertManager, AlertSpec, episodes_from_rows
 
 
 def test_an_alert_is_one_episode_per_run_of_firing_steps_with_its_peak():

@@ -8,9 +8,9 @@ import torch
 
 pytest.importorskip("verl")
 
-from .verl_shim_helpers import make_tokenizer  # noqa: E402
+from ..verl_shim_helpers import make_tokenizer  # noqa: E402
 
-from rlhooks.engines.verl import adapter  # noqa: E402
+from rlhooks.engines.verl.legacy import adapter  # noqa: E402
 from verl import DataProto  # noqa: E402
 
 pytestmark = pytest.mark.verl

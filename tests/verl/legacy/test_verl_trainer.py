@@ -13,7 +13,8 @@ import pytest
 pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="needs verl[verl-core]")
 
 from omegaconf import OmegaConf, open_dict  # noqa: E402
-from .verl_shim_helpers import CPUTrainer, Recorder, StepSampler, make_tokenizer, write_dataset  # noqa: E402
+from ..verl_shim_helpers import Recorder, StepSampler, make_tokenizer, write_dataset  # noqa: E402
+from .legacy_helpers import CPUTrainer  # noqa: E402
 
 from rlhooks import hookimpl as rlhooks_hookimpl  # noqa: E402
 from rlhooks.engines.verl.main import compose_verl_config  # noqa: E402
@@ -427,7 +428,7 @@ def _fit_with_reward_functions(tmp_path, data_file, tokenizer, steps, *overrides
 
 
 def test_rlhooks_reward_functions_replace_verls_score_at_the_last_token(tmp_path, data_file, tokenizer, monkeypatch):
-    from rlhooks.engines.verl import adapter
+    from rlhooks.engines.verl.legacy import adapter
     from rlhooks.plugins.rewards.functions import check_answer, format_approx
 
     built = []  # trajectory Batches built from DataProtos: once per generation batch, not again at step end

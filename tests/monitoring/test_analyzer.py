@@ -10,7 +10,7 @@ import pytest
 
 from rlhooks import Batch
 from rlhooks.host import RunManager, load_config
-from rlhooks.plugins.rewards.analyzer import AnalyzerError, RewardAnalyzer
+from rlhooks.monitoring.analyzer import AnalyzerError, RewardAnalyzer
 
 
 def step_metrics(mean, std, lo, hi, **extra):
@@ -219,7 +219,7 @@ def test_without_a_task_signal_the_kl_rule_speaks_with_low_confidence():
 
 def test_a_run_too_short_to_judge_gets_no_verdict():
     """Issue 38 item 5: a 3-step run (KL grows from 0 at step 1 in every run) is too short to judge, not a warning."""
-    from rlhooks.plugins.rewards.analyzer import MIN_JUDGE_STEPS
+    from rlhooks.monitoring.analyzer import MIN_JUDGE_STEPS
 
     rep = RewardAnalyzer(rising_history(n=3, kl=lambda i: 0.01 * 2 ** i)).detect_reward_hacking()
     assert not rep.detected and rep.confidence == "none" and rep.evidence["too_short"]

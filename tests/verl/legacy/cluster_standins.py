@@ -23,7 +23,7 @@ PROBE_ENV = "CLUSTER_PROBE"
 def _init_workers_with_standins(self) -> None:
     import ray
 
-    from .verl_shim_helpers import CPUTrainer
+    from .legacy_helpers import CPUTrainer
 
     CPUTrainer.attach_standins(self)
     context = ray.get_runtime_context()

@@ -14,7 +14,7 @@ pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="needs verl[verl-core
 
 from .test_verl_adapter import trajectories  # noqa: E402
 
-from rlhooks.engines.verl import adapter  # noqa: E402
+from rlhooks.engines.verl.legacy import adapter  # noqa: E402
 from rlhooks.engines.verl.main import compose_verl_config  # noqa: E402
 from rlhooks.engines.verl.legacy.trainer import VerlRollout  # noqa: E402
 from verl import DataProto  # noqa: E402

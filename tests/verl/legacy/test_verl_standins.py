@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import textwrap
 
 import numpy as np
 import pytest
@@ -17,13 +16,9 @@ import torch
 
 pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="needs verl[verl-core]")
 
-from .verl_shim_helpers import (  # noqa: E402
-    CPUTrainer,
-    StandinRollout,
-    StandinWeights,
-    StandinWorkerGroup,
-    make_tokenizer,
-)
+from ..verl_shim_helpers import make_tokenizer  # noqa: E402
+from ..verl_source import _dict_keys, _tree, assigned_literal, call_dict_keys, params, subscript_stores  # noqa: E402
+from .legacy_helpers import CPUTrainer, StandinRollout, StandinWeights, StandinWorkerGroup  # noqa: E402
 
 from verl import DataProto  # noqa: E402
 from verl.checkpoint_engine import CheckpointEngineManager  # noqa: E402
@@ -32,59 +27,6 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer  # noqa: E402
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker  # noqa: E402
 
 pytestmark = pytest.mark.verl
-
-
-def _tree(func) -> ast.AST:
-    return ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(func))))
-
-
-def _dict_keys(node: ast.AST) -> set[str]:
-    return {k.value for k in getattr(node, "keys", []) if isinstance(k, ast.Constant) and isinstance(k.value, str)}
-
-
-def assigned_literal(func, name: str) -> set[str]:
-    """String keys / items of the dict or set literals assigned to ``name`` in ``func``."""
-    out: set[str] = set()
-    for node in ast.walk(_tree(func)):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            if isinstance(node.value, ast.Dict):
-                out |= _dict_keys(node.value)
-            elif isinstance(node.value, ast.Set):
-                out |= {e.value for e in node.value.elts if isinstance(e, ast.Constant)}
-    return out
-
-
-def subscript_stores(func, name: str) -> set[str]:
-    """Keys written as ``name["key"] = ...`` in ``func`` (optional outputs)."""
-    out = set()
-    for node in ast.walk(_tree(func)):
-        if isinstance(node, ast.Assign):
-            for t in node.targets:
-                if (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name
-                        and isinstance(t.slice, ast.Constant)):
-                    out.add(t.slice.value)
-    return out
-
-
-def call_dict_keys(func, callee: str) -> set[str]:
-    """String keys of dict literals passed as first argument to a call of ``callee`` (a name or attribute)."""
-    out: set[str] = set()
-    for node in ast.walk(_tree(func)):
-        if isinstance(node, ast.Call):
-            f = node.func
-            called = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
-            if called == callee and node.args and isinstance(node.args[0], ast.Dict):
-                out |= _dict_keys(node.args[0])
-    return out
-
-
-def string_constants(func) -> set[str]:
-    return {n.value for n in ast.walk(_tree(func)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
-
-
-def params(func) -> list[tuple[str, object, object]]:
-    sig = inspect.signature(func)
-    return [(p.name, p.kind, p.default) for p in sig.parameters.values()]
 
 
 @pytest.mark.parametrize(("standin", "real"), [

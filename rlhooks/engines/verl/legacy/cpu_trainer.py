@@ -3,7 +3,7 @@
 ``init_workers`` builds verl's own ``ActorRolloutRefWorker`` (role ``actor``, and one with role
 ``ref`` when a reference policy is needed) on the CPU platform (``cpu.platform``): FSDP2 engine,
 ``ppo_loss``, optimizer, checkpoint manager are verl's. Generation is verl's ``HFRollout`` on the
-actor's module behind ``CPURolloutManager`` (see ``cpu.rollout`` for why). The fit loop is
+actor's module behind ``CPURolloutManager`` (see ``legacy.cpu_rollout`` for why). The fit loop is
 ``RLHooksRayPPOTrainer.fit`` (verl 0.9.1's RayPPOTrainer flow with the rlhooks driver).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlhooks.engines.verl.cpu import platform
-from rlhooks.engines.verl.cpu.rollout import ColocatedWeights, CPURolloutManager
+from rlhooks.engines.verl.legacy.cpu_rollout import ColocatedWeights, CPURolloutManager
 from rlhooks.engines.verl.legacy.trainer import RLHooksRayPPOTrainer
 
 
