@@ -3,7 +3,9 @@
 Plugins do not need this module; they import from ``rlhooks``. An engine loads a config,
 builds a ``RunManager`` (components registered on one pluggy PluginManager, with their error
 policy), gives ``StepDriver.collect`` a ``Rollout`` over its own batch objects each step and
-calls ``StepDriver.finish_step`` after its update::
+calls ``StepDriver.finish_step`` after its update. An engine whose own loop generates and keeps groups
+(verl's V1 replay buffer) hands each scored batch to ``StepDriver.scored``, the one entry that runs the
+learning state, ``on_rewards_computed`` and the filters in order (``collect`` calls it too)::
 
     from rlhooks.host import RunManager, StepDriver, load_config
 """

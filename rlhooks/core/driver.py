@@ -7,8 +7,10 @@ One step, stage by stage (``[engine]`` marks the only engine operations)::
                  top-ups from the sampler, adaptive size (engine: select_prompts)
               -> on_batch_sampled (the prompts that will be generated) -> [engine: generate]
               -> score with the configured reward functions
-              -> [engine: place_rewards] -> learning-state update -> on_rewards_computed
-              -> [engine, async only: evict_stale] -> filters (on the groups not evicted)
+              -> [engine: place_rewards]
+              -> [engine, async only: evict_stale]
+              -> scored (the one entry for a scored batch, every engine's): learning-state update
+                 -> on_rewards_computed -> filters (on the groups not evicted)
               -> accumulate until train_batch_size groups (or max_num_gen_batches) -> trim
     [engine: advantage + update]
     finish_step: on_step_end -> log_metrics -> log_table / log_histogram
@@ -196,6 +198,22 @@ class Generation(Generic[P]):
     trajectories: Batch | None = None
 
 
+@attrs.frozen
+class Scored:
+    """What ``StepDriver.scored`` made of a scored batch."""
+
+    keep: np.ndarray  # rows the filters kept (False on evicted rows)
+    filter_metrics: dict[str, float]  # the filters' additive metrics
+    hook_metrics: dict[str, float]  # what on_rewards_computed returned
+    learning_metrics: dict[str, float]  # the learning state's update
+
+    def add_to(self, metrics: dict[str, float], learning: dict[str, float]) -> None:
+        """Into a step's accumulators: hook metrics merged (``merge_metrics``), learning metrics summed."""
+        merge_metrics(metrics, self.hook_metrics)
+        for k, v in self.learning_metrics.items():
+            learning[k] = learning.get(k, 0.0) + v
+
+
 class StepDriver:
     """Runs a step's engine-neutral stages around an engine's own generation and update."""
 
@@ -224,18 +242,12 @@ class StepDriver:
             gen = self.generation(step, rollout, number, metrics, reward_errors, progress)
             trajectories = gen.trajectories
             assert trajectories is not None
-            for k, v in m.update_learning(step, trajectories).items():  # scored, before any filter
-                learning_metrics[k] = learning_metrics.get(k, 0.0) + v
-            merge_metrics(metrics, m.rewards_computed(step, trajectories))
             evicted = self.evicted(step, rollout, trajectories)
-            if evicted is None:
-                keep, filter_metrics = m.apply_filters(trajectories)
-            else:  # the filters judge only the groups the engine did not evict as stale
+            if evicted is not None:
                 add_metrics(staleness, eviction_metrics(trajectories, evicted))
-                kept_fresh, filter_metrics = m.apply_filters(trajectories.select(~evicted))
-                keep = np.zeros(len(trajectories), dtype=bool)
-                keep[~evicted] = kept_fresh
-            acc.add(gen.payload, trajectories, keep, filter_metrics, evicted)
+            judged = self.scored(step, trajectories, evicted=evicted)
+            judged.add_to(metrics, learning_metrics)
+            acc.add(gen.payload, trajectories, judged.keep, judged.filter_metrics, evicted)
             if acc.ready:
                 if self.gen_limit_streak:
                     log.info(f"steps fill their batch again after {self.gen_limit_streak} step(s) at max_num_gen_batches", step=step)
@@ -264,6 +276,23 @@ class StepDriver:
             metrics.update(learning_metrics)
         metrics.update(stage.metrics())
         return Collected(payload, batch.with_meta(step=step), metrics)
+
+    def scored(self, step: int, batch: Batch, *, evicted: np.ndarray | None = None) -> Scored:
+        """The one entry for a scored batch, every engine's (``collect`` here; verl's V1 replay buffer for
+        the groups that finished since its last poll): the learning state, then ``on_rewards_computed``,
+        both on every row (an evicted row was generated and scored), then the filters on the rows not
+        ``evicted`` (a bool row mask of whole groups the engine evicts as too stale)."""
+        m = self.manager
+        learning = m.update_learning(step, batch)  # scored, before any filter
+        hooks = m.rewards_computed(step, batch)
+        if evicted is None:
+            keep, filter_metrics = m.apply_filters(batch)
+        else:  # the filters judge only the groups the engine did not evict as stale
+            evicted = np.asarray(evicted, dtype=bool)
+            kept_fresh, filter_metrics = m.apply_filters(batch.select(~evicted))
+            keep = np.zeros(len(batch), dtype=bool)
+            keep[~evicted] = kept_fresh
+        return Scored(keep, dict(filter_metrics), hooks, learning)
 
     @staticmethod
     def evicted(step: int, rollout: Rollout[P], trajectories: Batch) -> np.ndarray | None:

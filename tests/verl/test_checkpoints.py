@@ -443,11 +443,12 @@ def test_v1_resumes_its_prompt_count_and_the_verdicts_on_groups_still_buffered(a
     assert resumed.rl.loaded == {"sampler": {"value": 2}} and resumed.rl.loaded_from == (2, str(root / "global_step_2"))
 
 
-@pytest.mark.slow  # four `rlhooks train` processes on the CPU learner (~1 min each here; one refused before Ray)
+@pytest.mark.slow  # one 2-step `rlhooks train` on the CPU learner (~1.5 min here), then four starts refused before Ray
 @pytest.mark.parametrize("trainer_kind", ["v1"])  # once: the example config runs verl's default trainer, V1
-def test_rlhooks_train_refuses_a_damaged_or_deleted_checkpoint_in_one_line(tmp_path):
-    """The documented CPU-learner commands: 2 steps with max_actor_ckpt_to_keep=1, then a truncated actor
-    file, then the tracked step deleted: each later start exits 1 with one error line, no traceback."""
+def test_rlhooks_train_refuses_a_damaged_or_deleted_checkpoint_before_ray(tmp_path):
+    """The documented CPU-learner commands: 2 steps with max_actor_ckpt_to_keep=1, then another run sharing the
+    checkpoints, a truncated actor file (also with --dry-run) and the tracked step deleted: each later start
+    exits 1 before Ray starts, with one error naming the file and the way out, no traceback."""
     import subprocess
     import sys
 
@@ -472,17 +473,22 @@ def test_rlhooks_train_refuses_a_damaged_or_deleted_checkpoint_in_one_line(tmp_p
     assert not (tmp_path / "runs" / "other" / "metrics.jsonl").exists()  # no run started
 
     model = ckpt / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt"
+    def refusal(*extra):  # the start refuses before Ray (checks.start_issues): one error, one problem line
+        out = run(*train, "trainer.total_training_steps=3", *extra)
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+        assert "rlhooks train: verl's output" not in out.stderr  # Ray never started
+        assert [line for line in out.stderr.splitlines() if line.startswith("error:")] == [
+            f"error: invalid verl config (from {example} and the command line): 1 problem"], out.stderr[-3000:]
+        return next(line for line in out.stderr.splitlines() if line.startswith("  - trainer.default_local_dir: "))
+
     model.write_bytes(model.read_bytes()[:100])
-    damaged = run(*train, "trainer.total_training_steps=3")
-    errors = [line for line in damaged.stderr.splitlines() if line.startswith("error:")]
-    assert damaged.returncode == 1 and "Traceback" not in damaged.stderr, damaged.stderr[-3000:]
-    assert len(errors) == 1 and "cannot resume from step 2" in errors[0], damaged.stderr[-3000:]
-    assert "model_world_size_1_rank_0.pt is 100 bytes" in errors[0] and "trainer.resume_mode=disable" in errors[0]
+    for extra in [(), ("--dry-run",)]:  # the dry run refuses what the start refuses
+        problem = refusal(*extra)
+        assert "cannot resume from step 2" in problem and "trainer.resume_mode=disable" in problem
+        assert "model_world_size_1_rank_0.pt is 100 bytes" in problem
 
     shutil.rmtree(ckpt / "global_step_2")
-    deleted = run(*train, "trainer.total_training_steps=3")
-    errors = [line for line in deleted.stderr.splitlines() if line.startswith("error:")]
-    assert deleted.returncode == 1 and "Traceback" not in deleted.stderr, deleted.stderr[-3000:]
-    assert len(errors) == 1 and "names step 2" in errors[0] and "the folder does not exist" in errors[0]
+    problem = refusal()
+    assert "names step 2" in problem and "the folder does not exist" in problem
     metrics = (tmp_path / "runs" / "verl-cpu-tiny" / "metrics.jsonl").read_text()
     assert metrics.count('"kind": "run_start"') == 1  # no second run appended

@@ -92,6 +92,39 @@ def test_the_rlhooks_trainer_passes_sync_refill_failed_groups_from_the_config(tm
     assert trainer.replay_buffer.gen_batch_size == 1 == trainer.config.data.gen_batch_size  # verl's rule
 
 
+def test_the_train_dataloader_is_verls_own_rebuilt_over_the_row_indexed_dataset(tmp_path, monkeypatch):
+    """issue 39 item 3: ``_init_dataloader`` keeps what verl's built (its arguments read back from verl's loader,
+    its sampler when rlhooks has none), only the dataset (each prompt's row) and batch size are rlhooks's."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from rlhooks.engines.verl.adapter import RowIndexedDataset
+    from rlhooks.engines.verl.v1.trainer import RLHooksPPOTrainerSync
+
+    from .verl_shim_helpers import make_tokenizer, write_dataset
+
+    built = {}
+    verls = PPOTrainer._init_dataloader
+
+    def init_dataloader(self):  # verl's, the loader it built kept aside
+        verls(self)
+        built["loader"] = self.train_dataloader
+
+    monkeypatch.setattr(PPOTrainer, "_init_dataloader", init_dataloader)
+    data = write_dataset(tmp_path / "train.parquet", 8)
+    cfg = build_config(None, [f"data.train_files={data}", f"data.val_files={data}", "data.train_batch_size=4",
+                              "data.max_prompt_length=16", "data.dataloader_num_workers=1"])
+    trainer = RLHooksPPOTrainerSync(cfg)
+    trainer.tokenizer, trainer.processor = make_tokenizer(), None  # what _init_tokenizer sets (no model here)
+    trainer._init_dataloader()
+    ours, theirs = trainer.train_dataloader, built["loader"]
+    assert ours is not theirs and isinstance(ours.dataset, RowIndexedDataset) and ours.dataset.inner is theirs.dataset
+    assert ours.sampler is theirs.sampler and ours.batch_size == theirs.batch_size == 4  # no rlhooks sampler, filters
+    for name in ("num_workers", "collate_fn", "drop_last", "pin_memory", "timeout", "worker_init_fn", "prefetch_factor",
+                 "persistent_workers", "generator", "in_order", "snapshot_every_n_steps"):
+        assert getattr(ours, name) == getattr(theirs, name), name
+    assert (ours.num_workers, ours.drop_last) == (1, True)
+
+
 def test_the_checkpoint_follows_the_installed_verls_callback_and_transfer_queue_gate(monkeypatch):
     """verl 0.9.1 calls its checkpoint callback and always writes TransferQueue's state in async modes; verl
     main has no callback and writes it only where _tq_supports_checkpoint() says TransferQueue can."""

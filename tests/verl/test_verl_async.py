@@ -81,7 +81,9 @@ def test_the_async_replay_buffer_is_verls_async_one_with_the_rlhooks_filters() -
     buffer = RLHooksReplayBufferAsync
     assert issubclass(buffer, RLHooksReplayBuffer) and issubclass(buffer, ReplayBufferAsync)
     assert buffer._dapo_filtered_keys is RLHooksReplayBuffer._dapo_filtered_keys
-    for name in ("wait_for_sampleable", "get_sampleable_count", "_stale_terminal_keys", "_validate_mode_config"):
+    # verl's eviction order runs as verl wrote it (issue 39 item 3): the stale groups it asks for first are kept
+    # from the filters by _stale_terminal_keys, which calls verl's
+    for name in ("wait_for_sampleable", "get_sampleable_count", "_terminal_eviction_reasons", "_validate_mode_config"):
         assert getattr(buffer, name) is getattr(ReplayBufferAsync, name), name
     # without an rlhooks trainer (validation partition, or not attached) eviction is verl's own
     rb = buffer("colocate_async", OmegaConf.create({}), 2, "drop", OmegaConf.create({}))

@@ -309,3 +309,100 @@ def test_every_verl_member_the_v1_classes_touch_is_fingerprinted_async_included(
                  "verl.trainer.ppo.v1.replay_buffer:ReplayBuffer._validate_mode_config"):
         assert name in relied
     assert compat.ATTRIBUTES["ReplayBuffer._dapo_classification_cache"] == compat._BUFFER + "__init__"
+
+
+# -- issue 39 item 3: no restated verl method ---------------------------------------------------------------
+
+#: rlhooks methods that override a verl method without calling it, each saying why in a ``# not verl's:``
+#: comment (docs/DEVELOPMENT.md, "Issue 39, restated methods and the step entry")
+NOT_CALLING_VERL = {
+    "v1.trainer:RLHooksPPOTrainerSync._save_checkpoint",  # checkpoints.CheckpointWriter's order (issue 37)
+    "v1.replay_buffer:RLHooksReplayBuffer._dapo_filtered_keys",  # verl's is DAPO's rule: the filters replace it
+    "legacy.trainer:RLHooksRayPPOTrainer.fit",  # the legacy trainer restates verl's fit (fingerprinted)
+    "legacy.trainer:RLHooksRayPPOTrainer._save_checkpoint",
+    "cpu.trainer:CPULearnerTrainer.init_workers",  # the legacy CPU learner's in-process workers
+    "cpu.rollout_server:CPURolloutReplica.rollout_worker_use_gpu",  # another answer, nothing to call
+}
+
+
+def _verl_stub(fn) -> bool:
+    """An abstract or empty verl method (``pass``, ``...``, ``raise NotImplementedError``): nothing to call."""
+    import ast
+    import inspect
+    import textwrap
+
+    if getattr(fn, "__isabstractmethod__", False):
+        return True
+    body = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0].body
+    body = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    return len(body) == 1 and (isinstance(body[0], ast.Pass) or isinstance(body[0], ast.Expr)
+                               or (isinstance(body[0], ast.Raise) and "NotImplementedError" in ast.unparse(body[0])))
+
+
+def _calls_verl_always(fn, name: str) -> bool:
+    """Whether ``fn`` reaches ``super().<name>`` (or ``<Class>.<name>``) on every path: in a statement of its
+    body, or of a ``with``/``try`` in it, not under an ``if`` or a loop."""
+    import ast
+    import inspect
+    import textwrap
+
+    def statements(body):
+        for stmt in body:
+            if isinstance(stmt, (ast.With, ast.AsyncWith)):
+                yield from statements(stmt.body)
+            elif isinstance(stmt, ast.Try):
+                yield from statements(stmt.body + stmt.finalbody)
+            elif not isinstance(stmt, (ast.If, ast.For, ast.While, ast.FunctionDef, ast.ClassDef)):
+                yield stmt
+
+    node = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+    for stmt in statements(node.body):
+        for sub in ast.walk(stmt):
+            if isinstance(sub, ast.Attribute) and sub.attr == name and (
+                    isinstance(sub.value, ast.Name) or (isinstance(sub.value, ast.Call)
+                                                        and getattr(sub.value.func, "id", None) == "super")):
+                return True
+    return False
+
+
+def _verl_overrides():
+    """``(module:Class.method, function, verl's function)`` for each method an rlhooks engine class (mixins
+    included) defines over a verl one, re-bound verl functions left out."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import rlhooks.engines.verl as package
+
+    found = {}
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        module = importlib.import_module(info.name)
+        for cls in vars(module).values():
+            if not inspect.isclass(cls) or cls.__module__ != module.__name__:
+                continue
+            mro = cls.__mro__
+            for ours in (c for c in mro if c.__module__.startswith("rlhooks.")):
+                for name, value in vars(ours).items():
+                    fn = value.fget if isinstance(value, property) else value
+                    if not inspect.isfunction(fn) or name in ("__init_subclass__",):
+                        continue
+                    theirs = next((vars(c)[name] for c in mro[mro.index(ours) + 1:]
+                                   if c.__module__.startswith("verl.") and name in vars(c)), None)
+                    if not inspect.isfunction(theirs) or fn.__module__.startswith("verl."):
+                        continue
+                    key = f"{ours.__module__.removeprefix(package.__name__ + '.')}:{ours.__qualname__}.{name}"
+                    found[key] = (fn, theirs)
+    return found
+
+
+def test_each_override_of_a_verl_method_calls_it_or_says_why_not():
+    import inspect
+
+    overrides = _verl_overrides()
+    assert {"v1.trainer:RLHooksPPOTrainerSync._init_dataloader", "v1.async_trainers:_AsyncHooks.on_step_begin",
+            "v1.async_trainers:RLHooksReplayBufferAsync._stale_terminal_keys"} <= set(overrides)
+    not_calling = {key for key, (fn, theirs) in overrides.items()
+                   if not _verl_stub(theirs) and not _calls_verl_always(fn, key.rsplit(".", 1)[1])}
+    assert not_calling == set(NOT_CALLING_VERL), "call verl's method and adjust its result, or say why not"
+    for key in not_calling:
+        assert "# not verl's:" in inspect.getsource(overrides[key][0]), f"{key}: say why it does not call verl's"

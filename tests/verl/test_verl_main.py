@@ -676,7 +676,9 @@ def test_a_run_refuses_before_ray_to_resume_a_checkpoint_another_run_wrote(check
 
     monkeypatch.chdir(tmp_path)
     ckpt = tmp_path / "runs" / "other" / "checkpoints"
-    (ckpt / "global_step_3").mkdir(parents=True)
+    (ckpt / "global_step_3" / "actor").mkdir(parents=True)  # complete: a layout the seal vouches for, verl's data.pt
+    (ckpt / "global_step_3" / "actor" / "weights").write_bytes(b"w")
+    (ckpt / "global_step_3" / checkpoints.DATA_FILE).write_bytes(b"d")
     legacy = build_config(None, ["trainer.use_v1=false"])
     checkpoints.write_state(ckpt / "global_step_3", {"components": {}, checkpoints.OWNER_KEY:
                                                      checkpoints.owner_of(legacy, "legacy")})
@@ -684,7 +686,7 @@ def test_a_run_refuses_before_ray_to_resume_a_checkpoint_another_run_wrote(check
     args = ["train", *CHECKED, "rlhooks.run.name=other", "--dry-run"]
     assert rlhooks_main(args) == 1
     err = capsys.readouterr().err
-    assert (f"trainer.default_local_dir: this run would resume step 3: {ckpt / 'global_step_3'} was written by run "
+    assert (f"trainer.default_local_dir: cannot resume from step 3: {ckpt / 'global_step_3'} was written by run "
             "'legacy' on the legacy trainer, and this is run 'other' on the V1 trainer in mode rlhooks_sync") in err
     assert "start it as it was (rlhooks.run.name=legacy trainer.use_v1=false)" in err and "Traceback" not in err
     checkpoints.write_state(ckpt / "global_step_3", {"components": {}, checkpoints.OWNER_KEY:

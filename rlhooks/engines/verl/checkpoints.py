@@ -44,8 +44,8 @@ refused too: two runs would be spliced into one file.
 **Whose checkpoint.** ``rlhooks.pt`` names the run that wrote it (:data:`OWNER_KEY`: run name, trainer,
 V1 trainer mode). A run resumes only its own: a checkpoint written by another run (another name, the other
 trainer, another mode; e.g. two runs sharing one ``trainer.default_local_dir``) is refused naming both,
-before verl loads anything (:func:`check_owner`), and ``rlhooks train`` checks the same before Ray starts
-(:func:`owner_conflict`). A seal without the key (an older rlhooks) resumes as before.
+before verl loads anything (:func:`check_owner`). ``rlhooks train`` runs the whole plan before Ray starts
+(:func:`start_problem`), so its refusals take seconds. A seal without the key (an older rlhooks) resumes as before.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ import os
 import re
 import stat
 import traceback
+import warnings
 import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -568,10 +569,12 @@ def check_fresh_start(metrics_file: str | Path, why: str) -> None:
     )
 
 
-def plan_resume(config: Any, *, use_critic: bool, metrics_file: str | Path) -> ResumePlan:
+def plan_resume(config: Any, *, use_critic: bool, metrics_file: str | Path, quiet: bool = False) -> ResumePlan:
     """Where a run resumes from (module docstring, "Resume"); a CheckpointError when it must not start,
-    also when a step folder this run may save is a link or a file (refused at start, not after a step)."""
-    plan = _plan_resume(config, use_critic=use_critic, metrics_file=metrics_file)
+    also when a step folder this run may save is a link or a file (refused at start, not after a step).
+    ``quiet``: no warnings (the check before Ray, :func:`start_problem`; the trainer says them)."""
+    warn = (lambda *a, **k: None) if quiet else log.warning
+    plan = _plan_resume(config, use_critic=use_critic, metrics_file=metrics_file, warn=warn)
     root = Path(os.path.abspath(str(config.trainer.default_local_dir)))
     if root.is_dir():
         for entry in sorted(root.iterdir()):
@@ -586,7 +589,8 @@ def plan_resume(config: Any, *, use_critic: bool, metrics_file: str | Path) -> R
     return plan
 
 
-def _plan_resume(config: Any, *, use_critic: bool, metrics_file: str | Path) -> ResumePlan:
+def _plan_resume(config: Any, *, use_critic: bool, metrics_file: str | Path,
+                 warn: Callable[..., Any]) -> ResumePlan:
     check_settings(config)
     trainer = config.trainer
     roles = roles_of(config, use_critic)
@@ -595,7 +599,7 @@ def _plan_resume(config: Any, *, use_critic: bool, metrics_file: str | Path) -> 
     if mode == "disable":
         replaced = [s for s, f in step_folders(root) if inspect_checkpoint(f, roles, read_seal=False).complete]
         if replaced:
-            log.warning("resume_mode=disable: training from scratch; this run's checkpoints replace the "
+            warn("resume_mode=disable: training from scratch; this run's checkpoints replace the "
                         "earlier ones of the same steps", checkpoint_dir=str(root), earlier_steps=replaced)
         check_fresh_start(metrics_file, "trainer.resume_mode=disable")
         return ResumePlan(None)
@@ -604,13 +608,14 @@ def _plan_resume(config: Any, *, use_critic: bool, metrics_file: str | Path) -> 
         if not isinstance(path, str) or step_of(path) is None:
             raise CheckpointError(f"trainer.resume_from_path={path!r}: name a checkpoint folder, "
                                   f"e.g. {root / (STEP_PREFIX + '<N>')}")
-        return _resume(inspect_checkpoint(os.path.abspath(path), roles), root, roles, f"trainer.resume_from_path={path}")
+        return _resume(inspect_checkpoint(os.path.abspath(path), roles), root, roles, f"trainer.resume_from_path={path}",
+                       warn)
     if mode != "auto":
         return ResumePlan(None)  # verl refuses other modes itself
     tracked, tracker_problem = read_tracker(root)
     if tracked is not None:
         found = inspect_checkpoint(root / f"{STEP_PREFIX}{tracked}", roles)
-        return _resume(found, root, roles, f"{root / TRACKER} names step {tracked}")
+        return _resume(found, root, roles, f"{root / TRACKER} names step {tracked}", warn)
     complete = newest_complete(root, roles)
     if tracker_problem is None and complete is None:
         check_fresh_start(metrics_file, f"there is no complete checkpoint in {root}")
@@ -619,18 +624,19 @@ def _plan_resume(config: Any, *, use_critic: bool, metrics_file: str | Path) -> 
     raise CheckpointError(f"resume_mode=auto will not guess where to resume: {why}. {_way_out(root, roles)}")
 
 
-def _resume(found: Inspection, root: Path, roles: Mapping[str, Sequence[str]], named_by: str) -> ResumePlan:
+def _resume(found: Inspection, root: Path, roles: Mapping[str, Sequence[str]], named_by: str,
+            warn: Callable[..., Any]) -> ResumePlan:
     if not found.complete:
         raise CheckpointError(
             f"cannot resume from step {found.step} ({named_by}): {found.folder} is not a complete checkpoint "
             f"({'; '.join(found.problems)}). {_way_out(root, roles, exclude=found.folder)}"
         )
     if not found.sealed:
-        log.warning("checkpoint has no rlhooks state; samplers and other components start fresh",
+        warn("checkpoint has no rlhooks state; samplers and other components start fresh",
                     folder=str(found.folder))
     later = [s for s, _ in step_folders(root) if s > found.step]
     if later:  # e.g. resume_from_path to an earlier step: said, not silent
-        log.warning(f"resuming from step {found.step}: this run's saves replace the later checkpoint folders of "
+        warn(f"resuming from step {found.step}: this run's saves replace the later checkpoint folders of "
                     f"the same steps", checkpoint_dir=str(root), later_steps=later)
     return ResumePlan(found.folder, found.step, found.state)
 
@@ -680,31 +686,24 @@ def check_owner(plan: ResumePlan, current: Mapping[str, Any]) -> None:
         raise CheckpointError(f"cannot resume from step {plan.step}: {problem}")
 
 
-def resume_candidate(trainer_cfg: Any) -> Path | None:
-    """Before Ray: the checkpoint folder a start would resume (the tracked one with ``resume_mode=auto``, or
-    ``resume_from_path``) when it is on this machine with an rlhooks.pt; None otherwise (whatever else is
-    wrong with it is the trainer's :func:`plan_resume` to judge)."""
-    root = Path(os.path.abspath(str(trainer_cfg.default_local_dir)))
-    mode = trainer_cfg.get("resume_mode", "auto")
-    folder = None
-    if mode == "resume_path":
-        path = trainer_cfg.get("resume_from_path", None)
-        folder = Path(os.path.abspath(path)) if isinstance(path, str) and step_of(path) is not None else None
-    elif mode == "auto":
-        step, _ = read_tracker(root)
-        folder = root / f"{STEP_PREFIX}{step}" if step is not None else None
-    return folder if folder is not None and (folder / STATE_FILE).is_file() else None
+def start_problem(config: Any, run_dir: str | Path) -> str | None:
+    """Before Ray: what the trainer's :func:`plan_resume` and :func:`check_owner` will refuse (a damaged or
+    deleted tracked checkpoint, another run's checkpoint, a link in a step folder's place, metrics a fresh
+    start would splice), said by ``rlhooks train`` and its ``--dry-run`` in seconds instead of after Ray
+    started. Judged only when the checkpoint folder is on this machine; None when the start may go on."""
+    from verl.trainer.ppo.utils import need_critic
 
-
-def owner_conflict(config: Any, run_name: str, folder: Path) -> str | None:
-    """What :func:`check_owner` will refuse in the trainer, said before Ray: ``folder``
-    (:func:`resume_candidate`) was written by another run than this one."""
+    if not Path(os.path.abspath(str(config.trainer.default_local_dir))).is_dir():
+        return None  # nothing saved yet here (or saved on another node: the trainer judges it there)
+    with warnings.catch_warnings():  # its "Disabled critic" warning: validate_config says it once already
+        warnings.simplefilter("ignore")
+        use_critic = need_critic(config)
     try:
-        state = read_state(folder)
-    except CheckpointError:
-        return None  # plan_resume names an unreadable seal, with the way out
-    problem = owner_problem(state, folder, owner_of(config, run_name))
-    return None if problem is None else f"this run would resume step {step_of(folder)}: {problem}"
+        plan = plan_resume(config, use_critic=use_critic, metrics_file=Path(run_dir) / METRICS_FILE, quiet=True)
+        check_owner(plan, owner_of(config, Path(run_dir).name))
+    except CheckpointError as exc:
+        return str(exc)
+    return None
 
 
 def load_with_plan(trainer: Any, load: Callable[[], Any],

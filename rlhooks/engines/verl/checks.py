@@ -15,7 +15,8 @@ learner needs (``cpu.ray_learner.check_v1_config``):
   parameter_sync_step * actor.ppo_mini_batch_size``, a standalone rollout pool and a checkpoint engine other
   than ``naive`` (``PPOTrainerSeparateAsync.__init__``); on the CPU learner its own stricter settings;
 * the batch sizes verl's workers split (:func:`batch_split_issues`);
-* a checkpoint this run would resume was written by this run (``checkpoints.owner_conflict``).
+* the checkpoint this run would resume is complete and this run's, and a fresh start splices no metrics
+  (``checkpoints.start_problem``: the trainer's own resume plan).
 """
 
 from __future__ import annotations
@@ -267,10 +268,10 @@ def start_issues(cfg: Any) -> list[ConfigIssue]:
 
             issues += ray_learner.v1_config_issues(cfg)
     issues += batch_split_issues(cfg)
-    folder = checkpoints.resume_candidate(cfg.trainer)
-    conflict = folder and checkpoints.owner_conflict(cfg, rlhooks_config(cfg).run.name, folder)
-    if conflict:
-        issues.append(ConfigIssue("trainer.default_local_dir", conflict))
+    run = rlhooks_config(cfg).run
+    problem = checkpoints.start_problem(cfg, Path(run.out_dir) / run.name)
+    if problem:
+        issues.append(ConfigIssue("trainer.default_local_dir", problem))
     return issues
 
 

@@ -100,8 +100,9 @@ V1_RELIED_ON: tuple[str, ...] = (
     "verl.trainer.ppo.v1.agent_loop_tq:AgentLoopWorkerTQ._agent_loop_postprocess",  # the fields put into TQ
     # colocate_async (v1/async_trainers.py): verl's async lifecycle taken whole, its async buffer subclassed
     "verl.trainer.ppo.v1.trainer_colocate_async:PPOTrainerColocateAsync",
-    "verl.trainer.ppo.v1.replay_buffer:ReplayBufferAsync._terminal_eviction_reasons",  # overridden: stale first
-    "verl.trainer.ppo.v1.replay_buffer:ReplayBufferAsync._stale_terminal_keys",
+    # verl's: asks _stale_terminal_keys, then _dapo_filtered_keys (the filters keep out the stale groups)
+    "verl.trainer.ppo.v1.replay_buffer:ReplayBufferAsync._terminal_eviction_reasons",
+    "verl.trainer.ppo.v1.replay_buffer:ReplayBufferAsync._stale_terminal_keys",  # overridden: its result kept
     "verl.trainer.ppo.v1.replay_buffer:ReplayBufferAsync.wait_for_sampleable",
     "verl.trainer.ppo.v1.replay_buffer:ReplayBufferAsync.sample",
     # separate_async (v1/async_trainers.py): subclassed, on_init_end/on_step_end/on_sample_end re-bound, its
@@ -126,9 +127,7 @@ V1_RELIED_ON: tuple[str, ...] = (
     "verl.trainer.ppo.checkpoint_callback:build_checkpoint_callback",
     "verl.trainer.ppo.checkpoint_callback:CheckpointCallback.on_save",
     "verl.trainer.ppo.v1.trainer_base:_tq_supports_checkpoint",
-    # what _init_dataloader rebuilds verl's train dataloader with, _PromptSource edits prompt batches with
-    "verl.trainer.ppo.utils:create_rl_sampler",
-    "verl.utils.dataset.rl_dataset:collate_fn",
+    # what _PromptSource edits prompt batches with (_init_dataloader rebuilds verl's loader from the loader itself)
     "verl.trainer.ppo.utils:Role",
     *(f"verl.utils.tensordict_utils:{name}" for name in (
         "assign_non_tensor_data", "assign_non_tensor_stack", "concat_tensordict", "index_select_tensor_dict")),

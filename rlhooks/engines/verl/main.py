@@ -401,8 +401,8 @@ def run_from_args(args: argparse.Namespace) -> int:
 
     check_verl(trainer=trainer_in_use(cfg))  # the verl code and defaults this trainer relies on are reviewed ones
     cpu_learner(cfg)
-    validate_verl_config(cfg, args.config)  # --dry-run's verdict is the run's
     if args.dry_run:
+        validate_verl_config(cfg, args.config)  # --dry-run's verdict is the run's
         from omegaconf import OmegaConf
 
         print(OmegaConf.to_yaml({k: v for k, v in cfg.items() if k != BLOCK}))
@@ -411,11 +411,13 @@ def run_from_args(args: argparse.Namespace) -> int:
         return 0
     from rlhooks.engines.verl import driver
 
-    # the run's lock before Ray starts and before anything reads its checkpoint: a second run of this name is
-    # refused now, not after start-up; the TaskRunner adopts it (driver.in_task_runner). Joining a Ray cluster
-    # with a relative run directory, that directory is on the TaskRunner's node (run_output): it locks it there
+    # the run's lock before Ray starts and before anything reads its checkpoint (the validation's resume plan
+    # included): a second run of this name is refused as in use, not for what the first is writing; the
+    # TaskRunner adopts it (driver.in_task_runner). Joining a Ray cluster with a relative run directory, that
+    # directory is on the TaskRunner's node (run_output): it locks it there
     remote_run_dir = joined_ray_cluster(cfg) and not driver.run_dir_of(cfg).is_absolute()
     with contextlib.nullcontext() if remote_run_dir else driver.locked(cfg):
+        validate_verl_config(cfg, args.config)
         metrics_file = run_metrics_file(cfg)
         start = metrics_file.stat().st_size if metrics_file.is_file() else 0
         with run_output(cfg, metrics_file, start, show_all=bool(getattr(args, "verbose", False))):

@@ -334,7 +334,7 @@ class CPURolloutReplica(RolloutReplica):
         self._server_address = f"{address}:{SERVER_PREFIX}replica{self.replica_rank}{self.name_suffix}"
 
     def rollout_worker_use_gpu(self) -> bool:
-        return False
+        return False  # not verl's: a constant answer (verl's is True), nothing of it to keep
 
 
 class CPURolloutAdapter(BaseRollout):

@@ -47,6 +47,7 @@ class CPULearnerTrainer(RLHooksRayPPOTrainer):
     """RLHooksRayPPOTrainer whose workers are real verl workers in this process (no Ray, no GPU)."""
 
     def init_workers(self) -> None:
+        # not verl's: verl's starts Ray worker groups on GPUs; these are verl's workers in this process
         from verl.workers.engine_workers import ActorRolloutRefWorker
 
         from verl.single_controller.ray.base import ResourcePoolManager

@@ -210,6 +210,7 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
 
     # -- the training loop ------------------------------------------------------------------------
     def fit(self):
+        # not verl's: verl's fit is restated step by step around StepDriver.collect (fingerprinted, compat.py)
         if self._dump_executor._shutdown:
             self._init_dump_executor()
         from verl.utils.tracking import Tracking
@@ -533,8 +534,8 @@ class RLHooksRayPPOTrainer(RayPPOTrainer):
 
     # -- checkpoints: verl's files, rlhooks's save order and resume rules (checkpoints.py) ----------
     def _save_checkpoint(self):
-        # restates verl's _save_checkpoint in an order where a kill never leaves the tracker on an
-        # incomplete checkpoint, nor rotation without a complete one (checkpoints.CheckpointWriter)
+        # not verl's: restated in an order where a kill never leaves the tracker on an incomplete
+        # checkpoint, nor rotation without a complete one (checkpoints.CheckpointWriter)
         if getattr(self, "_checkpoint_writer", None) is None:
             self._checkpoint_writer = checkpoints.CheckpointWriter.from_config(self.config.trainer, use_critic=self.use_critic)
         workers = {"actor": self.actor_rollout_wg, **({str(Role.Critic): self.critic_wg} if self.use_critic else {})}

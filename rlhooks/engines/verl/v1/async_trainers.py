@@ -13,15 +13,14 @@ checks both compositions against verl's source.
 
 ``RLHooksReplayBufferAsync`` is the rlhooks replay buffer over verl's ``ReplayBufferAsync``. Staleness
 (core/staleness.py): verl evicts groups spanning more than ``max_off_policy_threshold`` versions; here
-those groups are taken out *before* the rlhooks filters judge the newly finished ones, then reach the
-learning state and ``on_rewards_computed`` (they were generated and scored) and count in
+those groups are kept out of the rlhooks filters, reach the learning state and ``on_rewards_computed``
+with the newly finished ones (``StepDriver.scored``'s ``evicted`` rows: generated and scored), and count in
 ``staleness/evicted_groups`` and ``filter/stale_evicted_groups``, never in a filter's counts. Groups carry
 ``trained_version = global_steps - 1`` and ``policy_lag``, when scored and when trained.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -33,10 +32,8 @@ from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from rlhooks.core import batch as cols
 from rlhooks.core.batch import Batch
 from rlhooks.core.errors import ConfigError, ConfigIssue
-from rlhooks.core.manager import merge_metrics
 from rlhooks.core.staleness import eviction_metrics, lag_metrics
 from rlhooks.engines.verl.v1 import ASYNC_TRAINER_MODES
-from rlhooks.engines.verl.v1.batches import group_order
 from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer
 from rlhooks.engines.verl.v1.trainer import RLHooksPPOTrainerSync
 
@@ -61,22 +58,15 @@ class _AsyncHooks:
         super().on_step_begin()
         self._staleness: dict[str, float] = {}
 
-    def groups_scored(self, batch: Batch) -> np.ndarray:
-        return super().groups_scored(with_staleness(batch, self.global_steps))
+    def groups_scored(self, batch: Batch, evicted: np.ndarray | None = None) -> np.ndarray:
+        return super().groups_scored(with_staleness(batch, self.global_steps), evicted)
 
-    def groups_evicted_stale(self, batch: Batch, unseen: np.ndarray) -> None:
-        """Groups verl's replay buffer evicts as too stale, counted as evictions and never judged by the
-        filters; the rows of ``unseen`` groups (not scored before: a group judged while fresh was) go to
-        the learning state and on_rewards_computed, as every generated group does."""
-        step = self.global_steps
-        batch = with_staleness(batch, step).with_meta(step=step)
+    def groups_evicted_stale(self, batch: Batch) -> None:
+        """Groups verl's replay buffer evicts as too stale (each reported once), counted as evictions and never
+        judged by the filters; those not shown to the plugins before reach them through ``groups_scored``."""
+        batch = with_staleness(batch, self.global_steps)
         for k, v in eviction_metrics(batch, np.ones(len(batch), dtype=bool)).items():
             self._staleness[k] = self._staleness.get(k, 0.0) + v
-        new = batch.select(np.asarray(unseen, dtype=bool))
-        if len(new):
-            for k, v in self.rl.update_learning(step, new).items():
-                self._step_metrics[k] = self._step_metrics.get(k, 0.0) + v
-            merge_metrics(self._step_metrics, self.rl.rewards_computed(step, new))
 
     def _trained_batch(self, batch) -> Batch:
         return with_staleness(super()._trained_batch(batch), self.global_steps)
@@ -136,36 +126,22 @@ class RLHooksPPOTrainerSeparateAsync(_AsyncHooks, RLHooksPPOTrainerSync, PPOTrai
 
 
 class RLHooksReplayBufferAsync(RLHooksReplayBuffer, ReplayBufferAsync):
-    """verl's async replay buffer; stale groups are evicted before the rlhooks filters judge the rest."""
+    """verl's async replay buffer; stale groups are evicted before the rlhooks filters judge the rest.
 
-    def _terminal_eviction_reasons(self, global_steps: int, partition_id: str) -> tuple[set[str], set[str], set[str], Counter]:
-        if partition_id == "val" or self.trainer is None:
-            return super()._terminal_eviction_reasons(global_steps, partition_id)
-        stale = self._stale_terminal_keys(global_steps, partition_id)
-        judged_before = stale & self._dapo_classification_cache[partition_id].keys()
-        finished = self.finished_keys[partition_id]
-        stale_finished = finished & stale
-        finished -= stale_finished  # the filters judge only groups fresh enough to train
-        try:
-            dropped, counts = self._dapo_filtered_keys(partition_id)
-        finally:
-            finished |= stale_finished
-        if stale:
-            self._report_stale(partition_id, stale, judged_before)
-        return stale, dropped - stale, set(self.failure_keys[partition_id]), counts
+    verl's ``_terminal_eviction_reasons`` runs as verl wrote it: it asks ``_stale_terminal_keys`` (kept here
+    for ``_dapo_filtered_keys``), then ``_dapo_filtered_keys``, whose rlhooks filters judge only the others."""
 
-    def _report_stale(self, partition_id: str, uids: set[str], judged_before: set[str]) -> None:
-        with self.trainer.rlhooks_time():  # the step's timing_s/rlhooks
-            self._read_stale(partition_id, uids, judged_before)
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._stale: dict[str, set[str]] = {}
 
-    def _read_stale(self, partition_id: str, uids: set[str], judged_before: set[str]) -> None:
-        keys = [key for key in self.partitions[partition_id] if key.split("_")[0] in uids]
-        if not keys:
-            return
-        keys = [keys[i] for i in group_order(keys)]
-        batch = self.scored(partition_id, keys)
-        unseen = ~np.isin(np.asarray(batch[cols.UID], dtype=object), np.asarray(sorted(judged_before), dtype=object))
-        self.trainer.groups_evicted_stale(batch, unseen)
+    def _stale_terminal_keys(self, global_steps: int, partition_id: str) -> set[str]:
+        stale = super()._stale_terminal_keys(global_steps, partition_id)
+        self._stale[partition_id] = set(stale)
+        return stale
+
+    def _stale_now(self, partition_id: str) -> set[str]:
+        return self._stale.pop(partition_id, set())
 
 
 __all__ = ["RLHooksPPOTrainerColocateAsync", "RLHooksPPOTrainerSeparateAsync", "RLHooksReplayBufferAsync",

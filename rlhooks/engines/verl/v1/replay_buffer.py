@@ -90,6 +90,8 @@ class RLHooksReplayBuffer(ReplayBuffer):
         self.min_poll_interval, self.max_poll_interval = poll_bounds(self.sampler_kwargs)
         self.poll_interval = self.min_poll_interval  # verl sleeps this long between polls (adapted each poll)
         self._last_snapshot: tuple = ()
+        #: partition -> stale groups reported to the trainer (async modes), each once until verl evicts it
+        self._stale_reported: dict[str, set[str]] = defaultdict(set)
 
     def attach(self, trainer: Any, *, filters: bool, train_batch_size: int, gen_batch_size: int,
                max_inflight_gen_batches: int, sync_refill_failed_groups: bool = False) -> None:
@@ -175,41 +177,66 @@ class RLHooksReplayBuffer(ReplayBuffer):
         TransferQueue are dropped at the next poll, as verl drops its own."""
         self._dapo_classification_cache["train"].update(judged)
 
+    def _stale_now(self, partition_id: str) -> set[str]:
+        """Finished groups verl evicts at this poll as too stale whatever the filters say (the async buffer's);
+        none in verl's sync mode."""
+        return set()
+
     def _dapo_filtered_keys(self, partition_id: str) -> tuple[set[str], Counter]:
         """Groups the rlhooks filters drop among those finished so far (each group judged once, when it
-        finishes), and ``{group mean reward: count}`` of them for verl's filtered-groups table."""
+        finishes), and ``{group mean reward: count}`` of them for verl's filtered-groups table. Stale groups
+        (async) are never judged: they reach the learning state and on_rewards_computed once, with the rest."""
+        # not verl's: verl's body is DAPO's rule on one TransferQueue field, which the rlhooks filters replace
+        stale = self._stale_now(partition_id)
         if partition_id == "val" or self.trainer is None:
             return set(), Counter()
         finished = self.finished_keys[partition_id]
+        stale &= finished
         judged = self._dapo_classification_cache[partition_id]
         for uid in judged.keys() - finished:
             del judged[uid]
-        new = finished - judged.keys()
-        if new:
-            judged.update(self.judge(partition_id, new))
-        dropped = {uid: reward for uid, reward in judged.items() if reward is not None}
+        reported = self._stale_reported[partition_id]
+        reported &= finished  # groups verl evicted since leave
+        new = finished - judged.keys() - reported
+        report = stale - reported
+        if new or report:
+            judged.update(self.judge(partition_id, new, stale=report))
+            reported |= report
+        dropped = {uid: reward for uid, reward in judged.items() if reward is not None and uid not in stale}
         return set(dropped), Counter(dropped.values())
 
-    def judge(self, partition_id: str, uids: set[str]) -> dict[str, float | None]:
+    def judge(self, partition_id: str, uids: set[str], stale: set[str] | frozenset[str] = frozenset()) -> dict[str, float | None]:
         """Newly finished groups through the rlhooks trainer: uid -> None (kept) or the group's mean reward
-        (dropped by a filter)."""
+        (dropped by a filter), for each of ``uids`` not in ``stale`` (groups verl evicts as too stale, which
+        the filters do not judge)."""
         assert self.trainer is not None
         with self.trainer.rlhooks_time():  # the step's timing_s/rlhooks
-            return self._judge(partition_id, uids)
+            return self._judge(partition_id, uids, stale)
 
-    def _judge(self, partition_id: str, uids: set[str]) -> dict[str, float | None]:
-        keys = sorted((key for key in self.partitions[partition_id] if key.split("_")[0] in uids), key=trajectory_key)
-        out: dict[str, float | None] = {uid: None for uid in uids}
+    def _judge(self, partition_id: str, uids: set[str], stale: set[str] | frozenset[str]) -> dict[str, float | None]:
+        wanted = uids | stale
+        keys = sorted((key for key in self.partitions[partition_id] if key.split("_")[0] in wanted), key=trajectory_key)
+        out: dict[str, float | None] = {uid: None for uid in uids - stale}
         if not keys:
             return out
         batch = self.scored(partition_id, keys)
-        keep = self.trainer.groups_scored(batch)
+        evicted = None
+        if stale:
+            uid = np.asarray(batch["uid"], dtype=object)
+            is_stale = np.isin(uid, np.asarray(sorted(stale), dtype=object))
+            self.trainer.groups_evicted_stale(batch.select(is_stale))  # every stale group, judged before or not
+            shown = np.isin(uid, np.asarray(sorted(uids), dtype=object))  # never shown to the plugins before
+            batch, evicted = batch.select(shown), is_stale[shown]
+            if not len(batch):
+                return out
+        keep = self.trainer.groups_scored(batch, evicted)
         # V1 evicts whole groups: a group is dropped when a filter drops any of its rows (rlhooks filters
         # keep or drop whole groups)
-        names, group = np.unique(np.asarray(batch["uid"]), return_inverse=True)
+        judged = np.ones(len(batch), dtype=bool) if evicted is None else ~evicted
+        names, group = np.unique(np.asarray(batch["uid"])[judged], return_inverse=True)
         rows = np.bincount(group, minlength=len(names))
-        mean = np.bincount(group, weights=np.asarray(batch["reward"], dtype=np.float64), minlength=len(names)) / rows
-        dropped = np.bincount(group, weights=~keep, minlength=len(names)) > 0
+        mean = np.bincount(group, weights=np.asarray(batch["reward"], dtype=np.float64)[judged], minlength=len(names)) / rows
+        dropped = np.bincount(group, weights=~keep[judged], minlength=len(names)) > 0
         out.update(zip(names[dropped].tolist(), mean[dropped].tolist()))
         return out
 

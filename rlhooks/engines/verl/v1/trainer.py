@@ -6,8 +6,9 @@ unchanged; rlhooks joins at these points of a V1 step::
     on_step_begin          the step's rlhooks metrics and prompt-stage counts start
     prepare_step / refill  _submit_batch_to_rollout: prompt filters (skipped prompts never reach the agent
                            loop, the sampler tops up) -> on_batch_sampled -> verl dispatches to the agent loop
-    replay_buffer.sample   RLHooksReplayBuffer: each finished (scored) group -> learning state ->
-                           on_rewards_computed -> filters; verl evicts the dropped groups and refills
+    replay_buffer.sample   RLHooksReplayBuffer: the groups finished since the last poll -> StepDriver.scored
+                           (learning state -> on_rewards_computed -> filters); verl evicts the dropped groups
+                           and refills
     verl                   old log-probs, ref, values, advantages, critic/actor update, checkpoint in
                            checkpoints.CheckpointWriter's order (rlhooks.pt seals it, then the tracker)
     on_validate_end        on_validation_end with verl's validation metrics (the initial one as step 0),
@@ -26,6 +27,7 @@ in ``rlhooks.pt``. Reward functions run in verl's reward-loop workers through th
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 import uuid
@@ -38,12 +40,11 @@ import structlog
 import transfer_queue as tq
 from omegaconf import OmegaConf, open_dict
 from torchdata.stateful_dataloader import StatefulDataLoader
-from verl.trainer.ppo.utils import Role, create_rl_sampler
+from verl.trainer.ppo.utils import Role
 from verl.trainer.ppo.v1.replay_buffer import DAPO_FILTERED_REWARD_COUNTS_KEY
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
-from verl.utils.dataset.rl_dataset import collate_fn
 
 from rlhooks.core import batch as cols
 from rlhooks.core import interrupt
@@ -107,8 +108,8 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
 
     # -- set-up --------------------------------------------------------------------------------
     def _init_dataloader(self):
-        """verl's datasets and dataloaders, then the train dataloader again over a row-indexed dataset with
-        the rlhooks sampler (verl 0.9.1's create_rl_sampler builds only random/sequential samplers)."""
+        """verl's datasets and dataloaders; the train dataloader then rebuilt from verl's over a row-indexed dataset
+        with the rlhooks sampler (verl's create_rl_sampler builds only random/sequential samplers)."""
         super()._init_dataloader()
         self.rl = RunManager(rlhooks_config(self.config, steps=max(int(self.total_training_steps), 1)),
                              extra_plugins=self._rlhooks_plugins)
@@ -149,14 +150,10 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
                             "prompts before it sees their rewards; set data.dataloader_num_workers=0 for a "
                             "reward-driven sampler to react at once", num_workers=self.config.data.dataloader_num_workers)
         self.train_dataset = dataset
-        self.train_dataloader = StatefulDataLoader(  # as verl's _init_dataloader builds it (fingerprinted)
-            dataset=dataset,
-            batch_size=gen_batch_size,
-            num_workers=self.config.data["dataloader_num_workers"],
-            drop_last=True,
-            collate_fn=collate_fn,
-            sampler=sampler if sampler is not None else create_rl_sampler(self.config.data, dataset),
-        )
+        # verl's loader can't change its dataset or sampler once built (torch's DataLoader refuses): rebuilt
+        # with verl's own arguments, read from it; verl's sampler (over a dataset of the same length) kept
+        # when rlhooks has none
+        self.train_dataloader = rebuilt_loader(self.train_dataloader, dataset, sampler=sampler, batch_size=gen_batch_size)
         self.train_dataloader_it = None
         groups = self.config.algorithm.get("filter_groups", None) or {}
         if filters and int(groups.get("max_num_gen_batches", 0) or 0) > 0:
@@ -251,25 +248,25 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         merge_metrics(self._step_metrics, self.rl.batch_sampled(step, prompts))
         return batch
 
-    def groups_scored(self, batch: Batch) -> np.ndarray:
-        """Called by the replay buffer with newly finished groups (before any filter): the learning state,
-        on_rewards_computed, the filters; returns the rows' keep mask."""
+    def groups_scored(self, batch: Batch, evicted: np.ndarray | None = None) -> np.ndarray:
+        """Called by the replay buffer with the groups finished since its last poll (before any filter):
+        ``StepDriver.scored`` (the learning state, on_rewards_computed, the filters on the groups not ``evicted``
+        as too stale); returns the rows' keep mask."""
         step = self.global_steps
         self._step_counts["scored"] += 1  # the batch's "generation": the n-th set of groups scored this step
         batch = batch.with_meta(step=step, generation=int(self._step_counts["scored"]))
-        for k, v in self.rl.update_learning(step, batch).items():
-            self._step_metrics[k] = self._step_metrics.get(k, 0.0) + v
-        merge_metrics(self._step_metrics, self.rl.rewards_computed(step, batch))
+        judged = self.driver.scored(step, batch, evicted=evicted)
+        judged.add_to(self._step_metrics, self._step_metrics)
         for k, v in adapter_error_counts(batch, self.adapter_functions).items():
             self._step_metrics[k] = self._step_metrics.get(k, 0.0) + v
-        keep, filter_metrics = self.rl.apply_filters(batch)
-        for k, v in filter_metrics.items():
+        for k, v in judged.filter_metrics.items():
             self._filter_counts[k] = self._filter_counts.get(k, 0.0) + float(v)
         uid = np.asarray(batch[cols.UID])
-        groups = len(np.unique(uid))
+        fresh = slice(None) if evicted is None else ~np.asarray(evicted, dtype=bool)  # the groups judged
+        groups = len(np.unique(uid[fresh]))
         self._step_counts["generated"] += groups
-        self._step_counts["kept"] += groups - len(np.unique(uid[~keep]))  # a group is kept whole or not at all
-        return keep
+        self._step_counts["kept"] += groups - len(np.unique(uid[fresh][~judged.keep[fresh]]))  # kept whole or not at all
+        return judged.keep
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         """verl's metrics of the trained batch, then on_step_end with the trained batch and the rlhooks
@@ -362,6 +359,7 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         """verl's V1 ``_save_checkpoint`` (fingerprinted) in checkpoints.CheckpointWriter's order: a kill never
         leaves the tracker on an incomplete checkpoint, nor rotation without a complete one. verl's async
         modes' TransferQueue state is written before the seal, which lists its files."""
+        # not verl's: verl's writes the tracker and rotates before rlhooks.pt could seal the folder (issue 37)
         if self._checkpoint_writer is None:
             checkpoints.check_settings(self.config)
             self._checkpoint_writer = checkpoints.CheckpointWriter.from_config(self.config.trainer, use_critic=self.use_critic)
@@ -414,6 +412,17 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         first, self._prompts_drawn = self._prompts_drawn, self._prompts_drawn + len(batch)
         tu.assign_non_tensor_stack(batch, "uid", [prompt_uid(i) for i in range(first, first + len(batch))])
         return batch
+
+
+def rebuilt_loader(loader: StatefulDataLoader, dataset: Any, *, sampler: Any, batch_size: int) -> StatefulDataLoader:
+    """verl's train ``loader`` over ``dataset`` with ``sampler`` (None: the loader's own) and ``batch_size``, every
+    other constructor argument as verl gave it (read back from the loader)."""
+    params = inspect.signature(type(loader).__init__).parameters
+    replaced = {"self", "dataset", "sampler", "batch_sampler", "batch_size", "shuffle"}
+    kwargs = {name: getattr(loader, name) for name, p in params.items() if name not in replaced
+              and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and hasattr(loader, name)}
+    return type(loader)(dataset=dataset, batch_size=batch_size, sampler=loader.sampler if sampler is None else sampler,
+                        **kwargs)
 
 
 def tq_checkpoint_wanted(trainer_mode: str) -> bool:
