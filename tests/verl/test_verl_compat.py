@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="needs verl[verl-core]")
 
 from rlhooks.cli import main as rlhooks_main  # noqa: E402
-from rlhooks.engines.verl import compat  # noqa: E402
+from rlhooks.engines.verl import compat, trainers  # noqa: E402
 
 pytestmark = pytest.mark.verl
 SHIM = Path(compat.__file__).parent
@@ -314,13 +314,11 @@ def test_every_verl_member_the_v1_classes_touch_is_fingerprinted_async_included(
 # -- issue 39 item 3: no restated verl method ---------------------------------------------------------------
 
 #: rlhooks methods that override a verl method without calling it, each saying why in a ``# not verl's:``
-#: comment (docs/DEVELOPMENT.md, "Issue 39, restated methods and the step entry")
+#: comment (docs/DEVELOPMENT.md, "Issue 39, restated methods and the step entry"); a trainers.REMOVABLE
+#: package's are listed with its tests (tests/verl/legacy/test_legacy_compat.py)
 NOT_CALLING_VERL = {
     "v1.trainer:RLHooksPPOTrainerSync._save_checkpoint",  # checkpoints.CheckpointWriter's order (issue 37)
     "v1.replay_buffer:RLHooksReplayBuffer._dapo_filtered_keys",  # verl's is DAPO's rule: the filters replace it
-    "legacy.trainer:RLHooksRayPPOTrainer.fit",  # the legacy trainer restates verl's fit (fingerprinted)
-    "legacy.trainer:RLHooksRayPPOTrainer._save_checkpoint",
-    "cpu.trainer:CPULearnerTrainer.init_workers",  # the legacy CPU learner's in-process workers
     "cpu.rollout_server:CPURolloutReplica.rollout_worker_use_gpu",  # another answer, nothing to call
 }
 
@@ -395,14 +393,23 @@ def _verl_overrides():
     return found
 
 
+#: the modules of trainers.REMOVABLE's packages, as _verl_overrides names them
+_REMOVABLE = tuple(p.removeprefix("rlhooks.engines.verl.") + "." for p in trainers.REMOVABLE.values())
+
+
+def not_calling_verl(overrides) -> set[str]:
+    """The overrides that do not always call the verl method they override (a verl stub needs no call)."""
+    return {key for key, (fn, theirs) in overrides.items()
+            if not _verl_stub(theirs) and not _calls_verl_always(fn, key.rsplit(".", 1)[1])}
+
+
 def test_each_override_of_a_verl_method_calls_it_or_says_why_not():
     import inspect
 
     overrides = _verl_overrides()
     assert {"v1.trainer:RLHooksPPOTrainerSync._init_dataloader", "v1.async_trainers:_AsyncHooks.on_step_begin",
             "v1.async_trainers:RLHooksReplayBufferAsync._stale_terminal_keys"} <= set(overrides)
-    not_calling = {key for key, (fn, theirs) in overrides.items()
-                   if not _verl_stub(theirs) and not _calls_verl_always(fn, key.rsplit(".", 1)[1])}
+    not_calling = {key for key in not_calling_verl(overrides) if not key.startswith(_REMOVABLE)}
     assert not_calling == set(NOT_CALLING_VERL), "call verl's method and adjust its result, or say why not"
     for key in not_calling:
         assert "# not verl's:" in inspect.getsource(overrides[key][0]), f"{key}: say why it does not call verl's"

@@ -74,3 +74,23 @@ def test_the_check_follows_the_trainer_in_use_so_a_verl_without_the_legacy_train
     assert compat.check_verl("0.9.1", trainer="v1") == "0.9.1"
     with pytest.raises(compat.UnsupportedVerlError, match=r"changed since verl 0\.9\.1: .*RayPPOTrainer\.fit"):
         compat.check_verl("0.9.1", trainer="legacy")
+
+
+#: the legacy trainer's overrides of verl methods that do not call them, each saying why (``# not verl's:``)
+LEGACY_NOT_CALLING_VERL = {
+    "legacy.trainer:RLHooksRayPPOTrainer.fit",  # the legacy trainer restates verl's fit (fingerprinted)
+    "legacy.trainer:RLHooksRayPPOTrainer._save_checkpoint",
+    "legacy.cpu_trainer:CPULearnerTrainer.init_workers",  # the legacy CPU learner's in-process workers
+}
+
+
+def test_each_legacy_override_of_a_verl_method_calls_it_or_says_why_not():
+    import inspect
+
+    from ..test_verl_compat import _verl_overrides, not_calling_verl
+
+    overrides = _verl_overrides()
+    not_calling = {key for key in not_calling_verl(overrides) if key.startswith("legacy.")}
+    assert not_calling == LEGACY_NOT_CALLING_VERL, "call verl's method and adjust its result, or say why not"
+    for key in not_calling:
+        assert "# not verl's:" in inspect.getsource(overrides[key][0]), f"{key}: say why it does not call verl's"
