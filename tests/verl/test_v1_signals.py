@@ -1,13 +1,19 @@
-"""SIGTERM and SIGINT to a real ``rlhooks train`` process on verl's V1 trainer (issue 37, items 4 and 5).
+"""SIGTERM and SIGINT to a real ``rlhooks train`` process on verl's V1 trainer, in each V1 mode (issue 37, items 4,
+5 and 9), and a reward function past its bound.
 
 The run's outcome is recorded in the Ray TaskRunner, which Ray kills once the driver exits: the driver forwards
 the signal to it (engines/verl/driver.py). The promise is the simulator's (tests/reliability/test_signals.py):
 exit 143 (130 for SIGINT), one line, the run recorded ``interrupted``, the tracker on a complete checkpoint.
+Each mode runs two processes of the CPU example config with a plugin reward function (``slow_then_hang``,
+installed as a real distribution): the first with ``run.reward_timeout_s=1``, which its first call in each reward
+worker outlives (counted as its error, the warning naming it), ended by SIGTERM after a checkpoint; the second
+resumes (the default bound, 300 s), every reward call then hangs, and Ctrl-C comes while it hangs.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -20,30 +26,57 @@ pytest.importorskip("verl.trainer.ppo.v1", reason="needs verl[verl-core]")
 pytest.importorskip("transformers")
 
 from rlhooks.engines.verl import checkpoints  # noqa: E402
+from tests.installed_sites import pip_install, write_dist  # noqa: E402
 
 pytestmark = pytest.mark.verl
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "configs" / "verl_cpu_tiny.yaml"
+
+#: a reward plugin: its first call in a process sleeps 3 s; once the test's ``hang`` file exists, every call hangs
+SLOW_THEN_HANG = """\
+import os, threading, time
+
+HANG, HANGING = {hang!r}, {hanging!r}
+_first = threading.Lock()
+
+
+def slow_then_hang(response, target, **info):
+    if os.path.exists(HANG):
+        open(HANGING, "a").close()
+        time.sleep(3600)
+    if _first.acquire(blocking=False):
+        time.sleep(3)
+    return 0.0
+"""
 
 
 def _tracked(ckpt: Path) -> int | None:
     return checkpoints.read_tracker(ckpt)[0]
 
 
-def _signal_after_a_checkpoint(tmp_path: Path, train: tuple[str, ...], sig: signal.Signals, after_step: int,
-                               log: str) -> tuple[int, str, int]:
-    """Start ``rlhooks train``, send ``sig`` once the tracker names a step past ``after_step``; returns the exit
-    code, stderr and the tracked step at the signal. Output goes to files: verl's logs would fill a pipe."""
+def _wait_for(what: str, ready, proc: subprocess.Popen, err: Path, timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert proc.poll() is None, err.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"no {what} within {timeout:g} s"
+        time.sleep(0.5)
+
+
+def _signal_run(tmp_path: Path, train: list[str], env: dict, sig: signal.Signals, after_step: int,
+                hang: Path | None) -> tuple[int, str, int]:
+    """Start ``rlhooks train``, send ``sig`` once the tracker names a step past ``after_step`` (with ``hang``: once a
+    reward call hangs after that); returns the exit code, stderr and the tracked step at the signal. Output goes
+    to files: verl's logs would fill a pipe."""
     ckpt = tmp_path / "runs" / "verl-cpu-tiny" / "checkpoints"
-    out, err = tmp_path / f"{log}.out", tmp_path / f"{log}.err"
+    out, err = tmp_path / f"{sig.name}.out", tmp_path / f"{sig.name}.err"
     with out.open("w") as fo, err.open("w") as fe:
-        proc = subprocess.Popen([sys.executable, "-m", *train], cwd=tmp_path, stdout=fo, stderr=fe)
+        proc = subprocess.Popen([sys.executable, "-m", *train], cwd=tmp_path, stdout=fo, stderr=fe, env=env)
         try:
-            deadline = time.monotonic() + 900
-            while (_tracked(ckpt) or 0) <= after_step:
-                assert proc.poll() is None, err.read_text()[-3000:]
-                assert time.monotonic() < deadline, "no checkpoint within 900 s"
-                time.sleep(0.5)
+            _wait_for("checkpoint", lambda: (_tracked(ckpt) or 0) > after_step, proc, err)
+            if hang is not None:
+                hang.touch()
+                _wait_for("hung reward call", (hang.parent / "hanging").exists, proc, err, timeout=300)
+                time.sleep(2)
             at = _tracked(ckpt)
             proc.send_signal(sig)
             code = proc.wait(timeout=120)  # the driver's bound is 25 s (driver.STOP_GRACE_S)
@@ -53,29 +86,36 @@ def _signal_after_a_checkpoint(tmp_path: Path, train: tuple[str, ...], sig: sign
     return code, err.read_text(), at
 
 
-#: sync: SIGTERM after the first checkpoint, then the same command (it resumes) with SIGINT after its next;
-#: colocate_async: SIGTERM only (the forwarding is the same; what differs is verl's async loop under it)
-MODES = {"sync": ((signal.SIGTERM, 143), (signal.SIGINT, 130)),
-         "colocate_async": ((signal.SIGTERM, 143),)}
+MODE_OVERRIDES = {"sync": [], "colocate_async": ["trainer.v1.trainer_mode=rlhooks_colocate_async"],
+                  "separate_async": ["trainer.v1.trainer_mode=rlhooks_separate_async"]}
+REWARDS = "[format_exact,format_approx,check_answer,check_numbers,source_metrics,reward_monitor,slow_then_hang]"
 
 
-# slow: one `rlhooks train` process of the CPU example config per signal (sync: 2, colocate_async: 1), each
-# ~3-10 min on 2 cores (measured in docs/DEVELOPMENT.md, issue 37)
+# slow: two `rlhooks train` processes of the CPU example config per mode, 1-3 min each on 2 cores (a mode
+# ~4-6 min; measured in docs/DEVELOPMENT.md, "Issue 37, async coverage (second session)")
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", list(MODES))
-def test_sigterm_then_sigint_end_a_v1_run_interrupted_on_a_complete_checkpoint(tmp_path, mode):
+@pytest.mark.parametrize("mode", list(MODE_OVERRIDES))
+def test_sigterm_then_sigint_in_a_hung_reward_end_a_v1_run_interrupted_on_a_complete_checkpoint(tmp_path, mode):
     assert subprocess.run([sys.executable, "-m", "rlhooks.engines.verl.cpu", "prepare", "runs/tiny"], cwd=tmp_path,
                           capture_output=True).returncode == 0
-    train = ("rlhooks.cli", "train", "--config", str(EXAMPLE), "trainer.test_freq=-1", "trainer.save_freq=1",
-             "trainer.total_training_steps=40", "trainer.max_actor_ckpt_to_keep=2",
-             *(["trainer.v1.trainer_mode=rlhooks_colocate_async"] if mode == "colocate_async" else []))
+    hang = tmp_path / "hang"
+    site = tmp_path / "site"
+    pip_install(site, write_dist(tmp_path, "slow-reward", "0.1", "slow_reward",
+                                 SLOW_THEN_HANG.format(hang=str(hang), hanging=str(tmp_path / "hanging")),
+                                 {"rlhooks.rewards": {"slow_then_hang": "slow_reward:slow_then_hang"}}))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    train = ["rlhooks.cli", "train", "--config", str(EXAMPLE), "trainer.test_freq=-1", "trainer.save_freq=1",
+             "trainer.total_training_steps=40", "trainer.max_actor_ckpt_to_keep=2", f"rlhooks.rewards={REWARDS}",
+             *MODE_OVERRIDES[mode]]
     run_dir = tmp_path / "runs" / "verl-cpu-tiny"
     ckpt = run_dir / "checkpoints"
     roles = {"actor": checkpoints.DEFAULT_CONTENTS}
     at_signal = 0
-    for sig, code in MODES[mode]:  # a later signal's run resumes from the earlier one's checkpoint
-        log = sig.name
-        rc, err, at_signal = _signal_after_a_checkpoint(tmp_path, train, sig, at_signal, log)
+    # SIGTERM after a checkpoint with a 1 s reward bound; then the same command resumes and gets SIGINT while every
+    # reward call hangs (the default bound)
+    for sig, code, args, hung in ((signal.SIGTERM, 143, ["rlhooks.run.reward_timeout_s=1"], None),
+                                  (signal.SIGINT, 130, [], hang)):
+        rc, err, at_signal = _signal_run(tmp_path, train + args, env, sig, at_signal, hung)
         assert rc == code, err[-3000:]
         assert "Traceback" not in err and "SIGABRT" not in err and "*** " not in err, err[-3000:]
         said = [line for line in err.splitlines() if line.startswith(("rlhooks:", "error:"))]  # Ray's log lines may follow
@@ -90,5 +130,10 @@ def test_sigterm_then_sigint_end_a_v1_run_interrupted_on_a_complete_checkpoint(t
         assert tracked is not None and tracked >= at_signal
         assert checkpoints.inspect_checkpoint(ckpt / f"global_step_{tracked}", roles).complete
         assert not (run_dir / ".rlhooks.stop").exists()
+        if sig == signal.SIGTERM:  # the first call past the 1 s bound: its row is the function's error, named
+            errors = [r["metrics"].get("rewards/errors/slow_then_hang") for r in records if r["kind"] == "metrics"]
+            assert sum(e or 0 for e in errors) >= 1, errors
+            assert "reward function 'slow_then_hang' did not return within run.reward_timeout_s=1 s" in \
+                (run_dir / "verl.log").read_text()
     starts = [r for r in records if r["kind"] == "run_start"]
-    assert len(starts) == len(ends) == len(MODES[mode])  # each later run resumed into the same file
+    assert len(starts) == len(ends) == 2  # the second run resumed into the same file
