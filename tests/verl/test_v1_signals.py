@@ -7,6 +7,8 @@ exit 143 (130 for SIGINT), one line, the run recorded ``interrupted``, the track
 Each process runs the CPU example config with a plugin reward function (``slow_then_hang``, installed as a real
 distribution) under ``run.reward_timeout_s=10``: its first call in each reward worker outlives the bound (counted
 as its error, the warning naming it); after a checkpoint every call hangs, and the signal comes while one does.
+separate_async then resumes once more and loses its standalone rollout server (kill -9): one ``error:`` line
+naming it and the last complete checkpoint, the run ``failed`` (issue 37 item 8).
 """
 
 from __future__ import annotations
@@ -99,6 +101,31 @@ def _signal_run(tmp_path: Path, train: list[str], env: dict, sig: signal.Signals
     return code, err.read_text(), at
 
 
+def _kill_server_run(tmp_path: Path, train: list[str], env: dict, after_step: int) -> tuple[int, str, int]:
+    """Start ``rlhooks train`` (separate_async); once the tracker names a step past ``after_step``, kill -9 the
+    run's two ``CPURolloutServer`` processes (the standalone one generates; which is which is not told by their
+    titles); returns the exit code, stderr and the tracked step at the kill."""
+    import psutil
+
+    ckpt = tmp_path / "runs" / "verl-cpu-tiny" / "checkpoints"
+    out, err = tmp_path / "kill.out", tmp_path / "kill.err"
+    with out.open("w") as fo, err.open("w") as fe:
+        proc = subprocess.Popen([sys.executable, "-m", *train], cwd=tmp_path, stdout=fo, stderr=fe, env=env)
+        try:
+            _wait_for("checkpoint", lambda: (_tracked(ckpt) or 0) > after_step, proc, err)
+            servers = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                       if p.cmdline()[:1] == ["ray::CPURolloutServer"]]
+            assert len(servers) == 2, servers
+            at = _tracked(ckpt)
+            for server in servers:
+                server.kill()
+            code = proc.wait(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    return code, err.read_text(), at
+
+
 MODE_OVERRIDES = {"sync": [], "colocate_async": ["trainer.v1.trainer_mode=rlhooks_colocate_async"],
                   "separate_async": ["trainer.v1.trainer_mode=rlhooks_separate_async"]}
 #: the signal of each process; sync's second run resumes from its first's checkpoint
@@ -107,8 +134,8 @@ MODES = {"sync": ((signal.SIGTERM, 143), (signal.SIGINT, 130)), "colocate_async"
 REWARDS = "[format_exact,format_approx,check_answer,check_numbers,source_metrics,reward_monitor,slow_then_hang]"
 
 
-# slow: one `rlhooks train` process of the CPU example config per signal (sync: 2, the async modes 1 each),
-# 100-180 s each on 2 cores (measured in docs/DEVELOPMENT.md, "Issue 37, async coverage (second session)")
+# slow: one `rlhooks train` process of the CPU example config per signal (sync: 2, colocate_async: 1) and
+# separate_async's 2 (a signal, a kill), 100-230 s each on 2 cores (measured in docs/DEVELOPMENT.md, "Issue 37, async coverage (second session)")
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", list(MODES))
 def test_a_signal_while_a_reward_hangs_ends_a_v1_run_interrupted_on_a_complete_checkpoint(tmp_path, mode):
@@ -151,3 +178,18 @@ def test_a_signal_while_a_reward_hangs_ends_a_v1_run_interrupted_on_a_complete_c
         warned = n_warned
     starts = [r for r in records if r["kind"] == "run_start"]
     assert len(starts) == len(ends) == len(MODES[mode])  # each later run resumed into the same file
+    if mode != "separate_async":
+        return
+    # then the same command resumes and loses its standalone rollout server: verl's agent loop fails each group
+    # and issues it again, which stalled the run before rlhooks pinged the servers on failed groups
+    rc, err, at_kill = _kill_server_run(tmp_path, train, env, tracked)
+    said = [line for line in err.splitlines() if line.startswith(("rlhooks:", "error:"))]
+    assert rc == 1 and len(said) == 1, err[-3000:]
+    assert said[0].startswith("error: a Ray process of the run died: CPURolloutServer (pid "), said
+    assert "the last complete checkpoint is step" in said[0] and "Traceback" not in err, said
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["kind"] == "run_end" and records[-1]["status"] == "failed", records[-1]
+    assert len([r for r in records if r["kind"] == "run_start"]) == 2  # it resumed
+    tracked = _tracked(ckpt)
+    assert tracked is not None and tracked >= at_kill
+    assert checkpoints.inspect_checkpoint(ckpt / f"global_step_{tracked}", roles).complete
