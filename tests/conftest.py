@@ -19,6 +19,7 @@ LONGEST_FIRST = (
     "tests/verl/test_v1_builtins.py",  # four V1 runs
     "tests/verl/test_cpu_v1_async.py",  # three V1 runs
     "tests/verl/test_cpu_v1_learner.py",  # three V1 runs
+    "tests/verl/test_v1_signals.py",  # five `rlhooks train` processes
     "tests/verl/test_v1_resume.py",  # two V1 runs
     "tests/verl/test_checkpoints.py",  # three `rlhooks train` processes
 )

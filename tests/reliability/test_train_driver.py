@@ -237,7 +237,8 @@ def _dead_actor_in_the_task_runner():
         class_name="CPURolloutServer", actor_id=bytes(16), pid=4242, node_ip_address="10.0.0.7",
         error_message="The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR "
                       "Worker exit detail: The leased worker has unrecoverable failure. Worker is requested to be "
-                      "destroyed when it is returned. SIGKILL")
+                      "destroyed when it is returned. SIGKILL Some common causes include: (1) the process was killed "
+                      "by the OOM killer due to high memory usage, (2) ray stop --force was called")
     try:
         raise ActorDiedError(context)
     except ActorDiedError as exc:  # as Ray's worker wraps it (it logs that the cause cannot be pickled)
@@ -263,7 +264,7 @@ def test_a_dead_ray_process_is_one_line_naming_it_and_the_last_checkpoint(tmp_pa
     line = next(x for x in err.splitlines() if x.startswith("error:"))
     assert rc == 1 and err.count("Traceback") == err.count("isn't serializable")  # Ray's own log of the wrapping
     assert "a Ray process of the run died: CPURolloutServer (pid 4242, on 10.0.0.7)" in line
-    assert "SIGKILL" in line and "the last complete checkpoint is step 2" in line
+    assert "SIGKILL" in line and "the last complete checkpoint is step 2" in line and "common causes" not in line
     assert not (tmp_path / "runs" / "r" / rundir.LOCK_FILE).exists()  # released: a rerun may start
 
 

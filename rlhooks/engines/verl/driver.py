@@ -445,7 +445,7 @@ def explain_failure(exc: BaseException, cfg: Any) -> RunFailure | None:
     if dead is not None:
         detail = next((line.strip() for line in dead.splitlines()
                        if "exit detail" in line.lower() or "worker process has died" in line.lower()), "")
-        detail = " ".join(detail.split())[:300]
+        detail = " ".join(detail.split()).split(" Some common causes")[0][:300]  # Ray's advice follows
         return RunFailure(f"a Ray process of the run died: {_actor_text(dead)}" + (f": {detail}" if detail else "")
                           + f" (the run ended 'failed'); {resumable(cfg)}")
     return None

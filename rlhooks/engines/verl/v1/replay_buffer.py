@@ -71,6 +71,24 @@ def poll_bounds(sampler_kwargs: Any) -> tuple[float, float]:
     return bounds[0], bounds[1]
 
 
+#: how long a rollout server may take to answer the ping after failed groups (a busy one is not dead)
+SERVER_PING_S = 5.0
+
+
+def raise_if_a_server_died(trainer: Any) -> None:
+    """The ``ActorDiedError`` of a dead rollout server of ``trainer`` (verl's LLM server managers), if any."""
+    import ray
+
+    handles = [h for name in ("llm_server_manager", "standalone_server_manager")
+               for h in getattr(getattr(trainer, name, None), "server_handles", None) or []]
+    if not handles:
+        return
+    refs = [h.__ray_ready__.remote() for h in handles]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=SERVER_PING_S)
+    for ref in ready:
+        ray.get(ref)  # raises for a dead actor
+
+
 def trajectory_key(key: str) -> tuple[str, int, int]:
     """Sort key of a TransferQueue trajectory key ``{uid}_{session}_{index}`` (a prompt key: its uid)."""
     uid, _, rest = key.partition("_")
@@ -92,6 +110,8 @@ class RLHooksReplayBuffer(ReplayBuffer):
         self._last_snapshot: tuple = ()
         #: partition -> stale groups reported to the trainer (async modes), each once until verl evicts it
         self._stale_reported: dict[str, set[str]] = defaultdict(set)
+
+        self._failed_seen: set[str] = set()
 
     def attach(self, trainer: Any, *, filters: bool, train_batch_size: int, gen_batch_size: int,
                max_inflight_gen_batches: int, sync_refill_failed_groups: bool = False) -> None:
@@ -129,6 +149,7 @@ class RLHooksReplayBuffer(ReplayBuffer):
         """verl's snapshot of TransferQueue; in waves, groups that finished while others are still in flight
         stay "running" for verl's loop until the whole wave has finished."""
         super()._sync_metadata_from_transfer_queue()
+        self._check_rollout_servers()
         self._adapt_poll_interval()
         if not self.judges_in_waves:
             return
@@ -145,6 +166,16 @@ class RLHooksReplayBuffer(ReplayBuffer):
             self.finished_keys[partition_id] -= held
             self.failure_keys[partition_id] -= held
             self.running_keys[partition_id] |= held
+
+    def _check_rollout_servers(self) -> None:
+        """verl's agent loop marks a group ``failure`` when a request raised, and the prompt is issued again: a dead
+        rollout server would fail every group forever. On new failed groups, the servers are pinged; a dead one's
+        ``ActorDiedError`` is raised here (the driver says it in one line, driver.explain_failure)."""
+        failed = set().union(*self.failure_keys.values()) if self.failure_keys else set()
+        new = failed - self._failed_seen
+        self._failed_seen |= new
+        if new:
+            raise_if_a_server_died(self.trainer)
 
     def _adapt_poll_interval(self) -> None:
         """The next wait: the shortest after any change of a group's status (or a refill), longer while none."""
