@@ -110,7 +110,6 @@ class RLHooksReplayBuffer(ReplayBuffer):
         self._last_snapshot: tuple = ()
         #: partition -> stale groups reported to the trainer (async modes), each once until verl evicts it
         self._stale_reported: dict[str, set[str]] = defaultdict(set)
-
         self._failed_seen: set[str] = set()
 
     def attach(self, trainer: Any, *, filters: bool, train_batch_size: int, gen_batch_size: int,
