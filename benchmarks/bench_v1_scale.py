@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from benchmarks.harness import Result
 
 HERE = Path(__file__).parent
@@ -77,13 +79,15 @@ class ReadCounter:
     def __init__(self) -> None:
         import transfer_queue as tq
 
-        self.tq, self.real, self.bytes, self.calls = tq, tq.kv_batch_get, 0, 0
+        self.tq, self.real, self.bytes, self.calls, self.overhead_s = tq, tq.kv_batch_get, 0, 0, 0.0
         tq.kv_batch_get = self
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         out = self.real(*args, **kwargs)
-        self.bytes += _td_bytes(out)
+        t0 = time.perf_counter()
+        self.bytes += _td_bytes(out)  # its own time is taken out of the measured call's (measure)
         self.calls += 1
+        self.overhead_s += time.perf_counter() - t0
         return out
 
 
@@ -106,10 +110,10 @@ def measure(fn: Any, counter: ReadCounter, reset: Any, repeat: int) -> dict[str,
             Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
         except OSError:
             pass
-        before, b0 = _rss("VmRSS"), counter.bytes
+        before, b0, o0 = _rss("VmRSS"), counter.bytes, counter.overhead_s
         t0 = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(time.perf_counter() - t0 - (counter.overhead_s - o0))  # less the byte counting
         reads.append(counter.bytes - b0)
         peaks.append(max(_rss("VmHWM") - before, 0))
     return {"s": statistics.median(times), "bytes": reads[-1], "peak": max(peaks)}
@@ -201,8 +205,37 @@ def rlhooks_trainer(out_dir: Path, tokenizer: Any) -> Any:
 
 
 def begin_step(trainer: Any) -> None:
+    for rec in trainer.rl.components:  # a table's running selection starts with the step (its first rows read)
+        if hasattr(rec.obj, "_cand"):
+            rec.obj._cand = None
     trainer._step_metrics, trainer._filter_counts = {}, {}
     trainer._step_counts = {"generated": 0.0, "kept": 0.0, "dispatches": 1.0, "scored": 0.0}
+
+
+#: what verl's V1 ``_compute_metrics`` reads of the trained batch for its own metrics (verl 0.9.1), every step,
+#: with or without rlhooks: the step's end takes advantage and final_reward from it (trainer.verl_metric_read)
+VERL_METRIC_FIELDS = ("prompts", "responses", "response_mask", "values", "advantages", "returns", "rm_scores",
+                      "token_level_rewards", "num_turns")
+
+
+def verl_metric_read(meta: Any, stored: set[str]) -> Any:
+    """verl's own read of the trained batch in ``_compute_metrics`` (not rlhooks's: untimed, not counted)."""
+    import transfer_queue as tq
+
+    return tq.kv_batch_get(keys=list(meta.keys), partition_id=meta.partition_id,
+                           select_fields=[f for f in VERL_METRIC_FIELDS if f in stored])
+
+
+def dispatched_prompts(keys: list[str]) -> Any:
+    """The prompts' TensorDict as the trainer hands it to the agent loop (uid, dataset row, source)."""
+    from verl.utils import tensordict_utils as tu
+
+    import uuid
+
+    uids = sorted({k.split("_")[0] for k in keys})
+    rows = [uuid.UUID(u).int % 10**6 for u in uids]  # put_trajectories: uid prompt_uid(seed * 10**6 + g), row g
+    return tu.get_tensordict({"uid": np.asarray(uids, dtype=object), "rlhooks_row": np.asarray(rows, dtype=object),
+                              "data_source": np.asarray([SOURCES[r % len(SOURCES)] for r in rows], dtype=object)})
 
 
 def trained_batch_before(trainer: Any, meta: Any) -> Any:
@@ -236,7 +269,9 @@ def profiled(fn: Any, reset: Any, top: int = 18) -> str:
     prof = cProfile.Profile()
     prof.runcall(fn)
     text = io.StringIO()
-    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+    stats = pstats.Stats(prof, stream=text).sort_stats("tottime")
+    stats.print_stats(top)
+    stats.sort_stats("cumtime").print_stats(top)  # and by time inside, callees included
     return text.getvalue()
 
 
@@ -278,7 +313,14 @@ def child(sizes: list[tuple[int, int]], repeat: int, out: Path, profile: bool = 
                     buffer._sync_metadata_from_transfer_queue()
 
                 def judged(buffer: Any) -> Any:
-                    return lambda: (buffer._dapo_classification_cache["train"].clear(), begin_step(trainer))
+                    def reset() -> None:
+                        buffer._dapo_classification_cache["train"].clear()
+                        getattr(buffer, "_judged_rows", {}).clear()
+                        begin_step(trainer)
+                    return reset
+
+                prompts = dispatched_prompts(keys)
+                row_dispatch = measure(lambda: ours.remember_dispatched(prompts), counter, lambda: None, repeat)
 
                 row: dict[str, Any] = {"trajectories": count, "tokens": tokens, "put_s": put_s}
                 row["verl"] = measure(lambda: verl._dapo_filtered_keys("train"), counter, judged(verl), repeat)
@@ -286,19 +328,36 @@ def child(sizes: list[tuple[int, int]], repeat: int, out: Path, profile: bool = 
                 ours._dapo_filtered_keys("train")  # the once-per-run probe of the fields present (untimed)
                 row["rlhooks"] = measure(lambda: ours._dapo_filtered_keys("train"), counter, judged(ours), repeat)
                 assert ours._dapo_filtered_keys("train")[0] == verl_dropped  # the same groups dropped
+                row["rlhooks"]["s"] += row_dispatch["s"]  # the dispatch's share (rows and sources kept)
+                row["rlhooks"]["dispatch_s"] = row_dispatch["s"]
                 meta = KVBatchMeta(partition_id="train", keys=keys, tags=tags)
+                judged_rows = {p: list(v) for p, v in ours._judged_rows.items()}
+                dispatched = dict(ours._dispatched)
+                held: dict[str, Any] = {}
+
+                def before_end() -> None:  # as judging left the buffer; verl's own metric read of the batch
+                    ours._judged_rows.clear()
+                    ours._judged_rows.update({p: list(v) for p, v in judged_rows.items()})
+                    ours._dispatched = dict(dispatched)
+                    held["data"] = None
+                    held["data"] = verl_metric_read(meta, ours._stored_fields)
 
                 def step_end(build: Any) -> Any:
                     return lambda: trainer.driver.finish_step(STEP, build(meta), {"timing_s/step": 1.0})
 
-                row["rlhooks_end"] = measure(step_end(trainer._trained_batch), counter, lambda: None, repeat)
+                def ours_end(m: Any) -> Any:
+                    return trainer._trained_batch(m, held.get("data"))
+
+                row["rlhooks_end"] = measure(step_end(ours_end), counter, before_end, repeat)
+                held.clear()
                 if profile:
                     row["profile"] = {"verl": profiled(lambda: verl._dapo_filtered_keys("train"), judged(verl)),
                                       "rlhooks": profiled(lambda: ours._dapo_filtered_keys("train"), judged(ours)),
-                                      "rlhooks_end": profiled(step_end(trainer._trained_batch), lambda: None)}
+                                      "rlhooks_end": profiled(step_end(ours_end), before_end)}
+                    held.clear()
                 if count * tokens <= BEFORE_MAX_TOKENS and not profile:
                     present = [f for f in SCORED_FIELDS if f in set(tq.kv_batch_get(keys=keys[:1], partition_id="train").keys())]
-                    ours._fields_cache = present  # every field up front, as before
+                    ours._fields_cache, ours._dispatched = present, {}  # every field up front, as before
                     row["before"] = measure(lambda: ours._dapo_filtered_keys("train"), counter, judged(ours), repeat)
                     row["before_end"] = measure(step_end(lambda m: trained_batch_before(trainer, m)), counter,
                                                 lambda: None, repeat)
