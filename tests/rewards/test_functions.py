@@ -163,7 +163,7 @@ def test_score_batch_over_columns_equals_the_per_row_rules_on_odd_text():
     def piece() -> str:
         return "".join(rng.choice(parts, rng.integers(0, 3)).tolist())
     responses, targets = [], []
-    for i in range(3000):
+    for i in range(3000):  # above COLUMNS_FROM: the kernels run
         shape = shapes[i % len(shapes)] if i % 7 else shapes[0]
         responses.append(shape.format(a=piece() or "think", b=piece(), c=piece() or "42", d=piece() if i % 3 == 0 else ""))
         targets.append(str(rng.choice(["42", "4,2", "-4", "0.5", "5", "$42", "42%", "٣", "x", "42.", " 42", "1e3", "46.2", "0"])))

@@ -383,8 +383,9 @@ def _check_numbers_batch(responses: np.ndarray, targets: np.ndarray, rs: Any) ->
     return out
 
 
-#: from this many rows, score_batch runs the string kernels (each has a fixed cost of some 10-50 us)
-COLUMNS_FROM = 128
+#: from this many rows, score_batch runs the string kernels (each compiles its RE2 pattern: 10-80 us a call; fewer
+#: rows are scored per distinct pair)
+COLUMNS_FROM = 1024
 
 
 def _score_columns(fn: Callable[..., float], columns: Callable[..., np.ndarray]
