@@ -78,8 +78,8 @@ class _AsyncHooks:
                 self._step_metrics[k] = self._step_metrics.get(k, 0.0) + v
             merge_metrics(self._step_metrics, self.rl.rewards_computed(step, new))
 
-    def _trained_batch(self, batch) -> Batch:
-        return with_staleness(super()._trained_batch(batch), self.global_steps)
+    def _trained_batch(self, batch, verl_data: Any = None) -> Batch:
+        return with_staleness(super()._trained_batch(batch, verl_data), self.global_steps)
 
     def _filter_metrics(self, trained: Batch, metrics: dict[str, Any]) -> dict[str, float]:
         out = super()._filter_metrics(trained, metrics)
