@@ -286,7 +286,7 @@ def profiled(fn: Any, reset: Any, top: int = 18) -> str:
     return text.getvalue()
 
 
-def child(sizes: list[tuple[int, int]], repeat: int, out: Path, profile: bool = False) -> None:
+def child(sizes: list[tuple[int, int]], repeat: int, out: Path, profile: bool = False, before: bool = True) -> None:
     import ray
 
     tmp = Path(tempfile.mkdtemp(prefix="rlhb", dir="/tmp"))  # short: Ray's socket paths have a length limit
@@ -357,10 +357,14 @@ def child(sizes: list[tuple[int, int]], repeat: int, out: Path, profile: bool = 
                 def ours_end(m: Any) -> Any:
                     return trainer._trained_batch(m, held.get("data"))
 
+                def judged_again() -> None:  # the prompts as dispatched (the last step end forgot the trained ones)
+                    judged(ours)()
+                    ours._dispatched = dict(dispatched)
+
                 # verl's buffer, rlhooks's judging and its step's end, in turn at each repeat (interleaved)
                 row.update(measure_interleaved({
                     "verl": (lambda: verl._dapo_filtered_keys("train"), judged(verl)),
-                    "rlhooks": (lambda: ours._dapo_filtered_keys("train"), judged(ours)),
+                    "rlhooks": (lambda: ours._dapo_filtered_keys("train"), judged_again),
                     "rlhooks_end": (step_end(ours_end), before_end),
                 }, counter, repeat))
                 held.clear()
@@ -371,7 +375,7 @@ def child(sizes: list[tuple[int, int]], repeat: int, out: Path, profile: bool = 
                                       "rlhooks": profiled(lambda: ours._dapo_filtered_keys("train"), judged(ours)),
                                       "rlhooks_end": profiled(step_end(ours_end), before_end)}
                     held.clear()
-                if count * tokens <= BEFORE_MAX_TOKENS and not profile:
+                if before and count * tokens <= BEFORE_MAX_TOKENS and not profile:
                     present = [f for f in SCORED_FIELDS if f in set(tq.kv_batch_get(keys=keys[:1], partition_id="train").keys())]
                     ours._fields_cache, ours._dispatched = present, {}  # every field up front, as before
                     row["before"] = measure(lambda: ours._dapo_filtered_keys("train"), counter, judged(ours), repeat)
@@ -389,12 +393,14 @@ def child(sizes: list[tuple[int, int]], repeat: int, out: Path, profile: bool = 
 
 
 # -- the parent: run the child, report -------------------------------------------------------------------
-def measure_all(quick: bool, sizes: list[tuple[int, int]] | None = None, profile: bool = False) -> dict[str, Any]:
+def measure_all(quick: bool, sizes: list[tuple[int, int]] | None = None, profile: bool = False,
+                before: bool = True) -> dict[str, Any]:
     sizes = sizes or list(QUICK if quick else SIZES)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "v1_scale.json"
         cmd = [sys.executable, "-m", "benchmarks.bench_v1_scale", "--child", json.dumps(sizes),
-               "--repeat", str(1 if quick else 3), "--out", str(out), *(["--profile"] if profile else [])]
+               "--repeat", str(1 if quick else 3), "--out", str(out), *(["--profile"] if profile else []),
+               *([] if before else ["--no-before"])]
         # a Ray of its own: its own token (Ray reads it at import: set for the child), no usage statistics
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH_")}
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16), RAY_USAGE_STATS_ENABLED="0")
@@ -507,19 +513,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--publish", metavar="JSON", help="re-publish a measurement (a V1_SCALE.json): chart, RESULTS.md section")
     ap.add_argument("--profile", action="store_true", help="also cProfile one call of each (saved in the JSON)")
     ap.add_argument("--save", metavar="JSON", help="save the measurement there (with --sizes)")
+    ap.add_argument("--no-before", action="store_true", help="skip the 'before issue 40' variant (minutes at 16,384 rows)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--repeat", type=int, default=3, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        child([tuple(s) for s in json.loads(args.child)], args.repeat, Path(args.out), args.profile)
+        child([tuple(s) for s in json.loads(args.child)], args.repeat, Path(args.out), args.profile, not args.no_before)
         return 0
     from benchmarks.harness import markdown_table
 
     if args.publish:
         print(markdown_table(publish(json.loads(Path(args.publish).read_text()))))
         return 0
-    data = measure_all(args.quick, [tuple(s) for s in json.loads(args.sizes)] if args.sizes else None, args.profile)
+    data = measure_all(args.quick, [tuple(s) for s in json.loads(args.sizes)] if args.sizes else None, args.profile,
+                       not args.no_before)
     if args.save:
         Path(args.save).write_text(json.dumps(data, indent=1))
     print(markdown_table(publish(data) if not args.quick and not args.sizes else results(data)))
