@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from benchmarks.harness import Result
 
 HERE = Path(__file__).parent
@@ -77,13 +79,15 @@ class ReadCounter:
     def __init__(self) -> None:
         import transfer_queue as tq
 
-        self.tq, self.real, self.bytes, self.calls = tq, tq.kv_batch_get, 0, 0
+        self.tq, self.real, self.bytes, self.calls, self.overhead_s = tq, tq.kv_batch_get, 0, 0, 0.0
         tq.kv_batch_get = self
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         out = self.real(*args, **kwargs)
-        self.bytes += _td_bytes(out)
+        t0 = time.perf_counter()
+        self.bytes += _td_bytes(out)  # its own time is taken out of the measured call's (measure)
         self.calls += 1
+        self.overhead_s += time.perf_counter() - t0
         return out
 
 
@@ -106,13 +110,24 @@ def measure(fn: Any, counter: ReadCounter, reset: Any, repeat: int) -> dict[str,
             Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
         except OSError:
             pass
-        before, b0 = _rss("VmRSS"), counter.bytes
+        before, b0, o0 = _rss("VmRSS"), counter.bytes, counter.overhead_s
         t0 = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(time.perf_counter() - t0 - (counter.overhead_s - o0))  # less the byte counting
         reads.append(counter.bytes - b0)
         peaks.append(max(_rss("VmHWM") - before, 0))
     return {"s": statistics.median(times), "bytes": reads[-1], "peak": max(peaks)}
+
+
+def measure_interleaved(cases: dict[str, tuple[Any, Any]], counter: ReadCounter, repeat: int) -> dict[str, dict]:
+    """``measure`` of several ``name: (fn, reset)`` taking turns: each repeat runs every case once, in order, so
+    a change of the machine's load falls on all of them."""
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
+    for _ in range(repeat):
+        for name, (fn, reset) in cases.items():
+            runs[name].append(measure(fn, counter, reset, 1))
+    return {name: {"s": statistics.median(r["s"] for r in got), "bytes": got[-1]["bytes"],
+                   "peak": max(r["peak"] for r in got)} for name, got in runs.items()}
 
 
 def put_trajectories(count: int, tokens: int, vocab: tuple[int, int], seed: int) -> tuple[list[str], list[dict]]:
@@ -201,8 +216,37 @@ def rlhooks_trainer(out_dir: Path, tokenizer: Any) -> Any:
 
 
 def begin_step(trainer: Any) -> None:
+    for rec in trainer.rl.components:  # a table's running selection starts with the step (its first rows read)
+        if hasattr(rec.obj, "_cand"):
+            rec.obj._cand = None
     trainer._step_metrics, trainer._filter_counts = {}, {}
     trainer._step_counts = {"generated": 0.0, "kept": 0.0, "dispatches": 1.0, "scored": 0.0}
+
+
+#: what verl's V1 ``_compute_metrics`` reads of the trained batch for its own metrics (verl 0.9.1), every step,
+#: with or without rlhooks: the step's end takes advantage and final_reward from it (trainer.verl_metric_read)
+VERL_METRIC_FIELDS = ("prompts", "responses", "response_mask", "values", "advantages", "returns", "rm_scores",
+                      "token_level_rewards", "num_turns")
+
+
+def verl_metric_read(meta: Any, stored: set[str]) -> Any:
+    """verl's own read of the trained batch in ``_compute_metrics`` (not rlhooks's: untimed, not counted)."""
+    import transfer_queue as tq
+
+    return tq.kv_batch_get(keys=list(meta.keys), partition_id=meta.partition_id,
+                           select_fields=[f for f in VERL_METRIC_FIELDS if f in stored])
+
+
+def dispatched_prompts(keys: list[str]) -> Any:
+    """The prompts' TensorDict as the trainer hands it to the agent loop (uid, dataset row, source)."""
+    from verl.utils import tensordict_utils as tu
+
+    import uuid
+
+    uids = sorted({k.split("_")[0] for k in keys})
+    rows = [uuid.UUID(u).int % 10**6 for u in uids]  # put_trajectories: uid prompt_uid(seed * 10**6 + g), row g
+    return tu.get_tensordict({"uid": np.asarray(uids, dtype=object), "rlhooks_row": np.asarray(rows, dtype=object),
+                              "data_source": np.asarray([SOURCES[r % len(SOURCES)] for r in rows], dtype=object)})
 
 
 def trained_batch_before(trainer: Any, meta: Any) -> Any:
@@ -236,14 +280,17 @@ def profiled(fn: Any, reset: Any, top: int = 18) -> str:
     prof = cProfile.Profile()
     prof.runcall(fn)
     text = io.StringIO()
-    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+    stats = pstats.Stats(prof, stream=text).sort_stats("tottime")
+    stats.print_stats(top)
+    stats.sort_stats("cumtime").print_stats(top)  # and by time inside, callees included
     return text.getvalue()
 
 
-def child(sizes: list[tuple[int, int]], repeat: int, out: Path, profile: bool = False) -> None:
+def child(sizes: list[tuple[int, int]], repeat: int, out: Path, profile: bool = False, before: bool = True) -> None:
     import ray
 
     tmp = Path(tempfile.mkdtemp(prefix="rlhb", dir="/tmp"))  # short: Ray's socket paths have a length limit
+    load_start = os.getloadavg()[0]
     t0 = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, _temp_dir=str(tmp / "ray"), log_to_driver=False)
     import transfer_queue as tq
@@ -278,27 +325,59 @@ def child(sizes: list[tuple[int, int]], repeat: int, out: Path, profile: bool = 
                     buffer._sync_metadata_from_transfer_queue()
 
                 def judged(buffer: Any) -> Any:
-                    return lambda: (buffer._dapo_classification_cache["train"].clear(), begin_step(trainer))
+                    def reset() -> None:
+                        buffer._dapo_classification_cache["train"].clear()
+                        getattr(buffer, "_judged_rows", {}).clear()
+                        begin_step(trainer)
+                    return reset
+
+                prompts = dispatched_prompts(keys)
+                row_dispatch = measure(lambda: ours.remember_dispatched(prompts), counter, lambda: None, repeat)
 
                 row: dict[str, Any] = {"trajectories": count, "tokens": tokens, "put_s": put_s}
-                row["verl"] = measure(lambda: verl._dapo_filtered_keys("train"), counter, judged(verl), repeat)
                 verl_dropped = verl._dapo_filtered_keys("train")[0]
+                begin_step(trainer)
                 ours._dapo_filtered_keys("train")  # the once-per-run probe of the fields present (untimed)
-                row["rlhooks"] = measure(lambda: ours._dapo_filtered_keys("train"), counter, judged(ours), repeat)
                 assert ours._dapo_filtered_keys("train")[0] == verl_dropped  # the same groups dropped
                 meta = KVBatchMeta(partition_id="train", keys=keys, tags=tags)
+                judged_rows = {p: list(v) for p, v in ours._judged_rows.items()}
+                dispatched = dict(ours._dispatched)
+                held: dict[str, Any] = {}
+
+                def before_end() -> None:  # as judging left the buffer; verl's own metric read of the batch
+                    ours._judged_rows.clear()
+                    ours._judged_rows.update({p: list(v) for p, v in judged_rows.items()})
+                    ours._dispatched = dict(dispatched)
+                    held["data"] = None
+                    held["data"] = verl_metric_read(meta, ours._stored_fields)
 
                 def step_end(build: Any) -> Any:
                     return lambda: trainer.driver.finish_step(STEP, build(meta), {"timing_s/step": 1.0})
 
-                row["rlhooks_end"] = measure(step_end(trainer._trained_batch), counter, lambda: None, repeat)
+                def ours_end(m: Any) -> Any:
+                    return trainer._trained_batch(m, held.get("data"))
+
+                def judged_again() -> None:  # the prompts as dispatched (the last step end forgot the trained ones)
+                    judged(ours)()
+                    ours._dispatched = dict(dispatched)
+
+                # verl's buffer, rlhooks's judging and its step's end, in turn at each repeat (interleaved)
+                row.update(measure_interleaved({
+                    "verl": (lambda: verl._dapo_filtered_keys("train"), judged(verl)),
+                    "rlhooks": (lambda: ours._dapo_filtered_keys("train"), judged_again),
+                    "rlhooks_end": (step_end(ours_end), before_end),
+                }, counter, repeat))
+                held.clear()
+                row["rlhooks"]["s"] += row_dispatch["s"]  # the dispatch's share (rows and sources kept)
+                row["rlhooks"]["dispatch_s"] = row_dispatch["s"]
                 if profile:
                     row["profile"] = {"verl": profiled(lambda: verl._dapo_filtered_keys("train"), judged(verl)),
                                       "rlhooks": profiled(lambda: ours._dapo_filtered_keys("train"), judged(ours)),
-                                      "rlhooks_end": profiled(step_end(trainer._trained_batch), lambda: None)}
-                if count * tokens <= BEFORE_MAX_TOKENS and not profile:
+                                      "rlhooks_end": profiled(step_end(ours_end), before_end)}
+                    held.clear()
+                if before and count * tokens <= BEFORE_MAX_TOKENS and not profile:
                     present = [f for f in SCORED_FIELDS if f in set(tq.kv_batch_get(keys=keys[:1], partition_id="train").keys())]
-                    ours._fields_cache = present  # every field up front, as before
+                    ours._fields_cache, ours._dispatched = present, {}  # every field up front, as before
                     row["before"] = measure(lambda: ours._dapo_filtered_keys("train"), counter, judged(ours), repeat)
                     row["before_end"] = measure(step_end(lambda m: trained_batch_before(trainer, m)), counter,
                                                 lambda: None, repeat)
@@ -310,16 +389,18 @@ def child(sizes: list[tuple[int, int]], repeat: int, out: Path, profile: bool = 
         tq.close()
         ray.shutdown()
     out.write_text(json.dumps({"rows": rows, "start_s": started, "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
-                               "load_average_end": os.getloadavg()[0]}, indent=1))
+                               "load_average_start": load_start, "load_average_end": os.getloadavg()[0]}, indent=1))
 
 
 # -- the parent: run the child, report -------------------------------------------------------------------
-def measure_all(quick: bool, sizes: list[tuple[int, int]] | None = None, profile: bool = False) -> dict[str, Any]:
+def measure_all(quick: bool, sizes: list[tuple[int, int]] | None = None, profile: bool = False,
+                before: bool = True) -> dict[str, Any]:
     sizes = sizes or list(QUICK if quick else SIZES)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "v1_scale.json"
         cmd = [sys.executable, "-m", "benchmarks.bench_v1_scale", "--child", json.dumps(sizes),
-               "--repeat", str(1 if quick else 3), "--out", str(out), *(["--profile"] if profile else [])]
+               "--repeat", str(1 if quick else 3), "--out", str(out), *(["--profile"] if profile else []),
+               *([] if before else ["--no-before"])]
         # a Ray of its own: its own token (Ray reads it at import: set for the child), no usage statistics
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH_")}
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16), RAY_USAGE_STATS_ENABLED="0")
@@ -352,9 +433,9 @@ def results(data: dict[str, Any]) -> list[Result]:
         out.append(Result(
             case=f"V1 buffer + step end, {n:,} trajectories x {t:,} tokens (ref: verl's ReplayBuffer, DAPO on acc)",
             rlhooks_s=added, reference_s=v["s"], rows=n, peak_bytes=max(j["peak"], e["peak"]), note=note,
-            target="judging reads <= 1.1x verl's bytes" + ("; time <= 1.25x verl's" if full else ""),
-            met=(j["bytes"] <= 1.1 * v["bytes"]) and (not full or added <= 1.25 * v["s"]),
-            margin=f"judging reads {j['bytes'] / max(v['bytes'], 1):.2f}x verl's; with step end {read / max(v['bytes'], 1):.1f}x; "
+            target="reads (judging + step end) <= 1.1x verl's bytes" + ("; time <= 1.25x verl's" if full else ""),
+            met=(read <= 1.1 * v["bytes"]) and (not full or added <= 1.25 * v["s"]),
+            margin=f"judging reads {j['bytes'] / max(v['bytes'], 1):.2f}x verl's; with step end {read / max(v['bytes'], 1):.2f}x; "
                    f"time {added / v['s']:.2f}x verl's",
         ))
     return out
@@ -372,26 +453,29 @@ def chart(data: dict[str, Any], path: Path) -> None:
         if not rows:
             continue
         xs = [r["trajectories"] for r in rows]
-        for key, label, color in (("verl", "verl's buffer", "C0"), ("rlhooks", "rlhooks judging", "C1"),
+        for key, label, color in (("verl", "verl's buffer", "C0"), ("rlhooks", "rlhooks judging (+ step end: bytes)", "C1"),
                                   ("total", "rlhooks judging + step end", "C2")):
             ys = [(r["rlhooks"]["s"] + r["rlhooks_end"]["s"]) if key == "total" else r[key]["s"] for r in rows]
             axes[0].plot(xs, [1e3 * y / x for x, y in zip(xs, ys)], color=color, marker=marker, ms=4, label=f"{label}, {tokens} tok")
             if key == "total":
                 continue
-            ys = [r[key]["bytes"] for r in rows]
+            ys = [r[key]["bytes"] + (r["rlhooks_end"]["bytes"] if key == "rlhooks" else 0) for r in rows]
             axes[1].plot(xs, [y / 2**20 for y in ys], color=color, marker=marker, ms=4, label=f"{label}, {tokens} tok")
         before = [r for r in rows if "before" in r]
         if before:
-            axes[1].plot([r["trajectories"] for r in before], [(r["before"]["bytes"]) / 2**20 for r in before], color="C3",
+            axes[1].plot([r["trajectories"] for r in before], [(r["before"]["bytes"] + r["before_end"]["bytes"]) / 2**20
+                                                               for r in before], color="C3",
                          marker=marker, ms=4, label=f"rlhooks before issue 40, {tokens} tok")
     axes[0].set(xscale="log", xlabel="trajectories judged", ylabel="ms per trajectory (median of 3)",
                 title="cost per trajectory (a loaded machine: noisy)")
     axes[1].set(xscale="log", yscale="log", xlabel="trajectories judged", ylabel="MiB read from TransferQueue",
-                title="bytes read to judge the groups")
+                title="bytes read from TransferQueue a step")
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
-    fig.suptitle(f"rlhooks vs verl's V1 replay buffer on a local TransferQueue ({data.get('cpus', '?')}-core machine, loaded)",
+    load = (f", load average {data['load_average_start']:.0f} -> {data['load_average_end']:.0f}"
+            if "load_average_start" in data else ", loaded")
+    fig.suptitle(f"rlhooks vs verl's V1 replay buffer on a local TransferQueue ({data.get('cpus', '?')}-core machine{load})",
                  fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -405,7 +489,9 @@ def publish(data: dict[str, Any]) -> list[Result]:
     (HERE / "V1_SCALE.json").write_text(json.dumps(data, indent=1))
     chart(data, REPO / "docs" / "img" / "v1_scale.png")
     got = results(data)
-    load = data.get("load") or (f"load average {data['load_average_end']:.0f} at the end" if "load_average_end" in data else "")
+    load = data.get("load") or (f"load average {data['load_average_start']:.1f} at the start, {data['load_average_end']:.1f} "
+                                f"at the end" if "load_average_start" in data else
+                                f"load average {data['load_average_end']:.0f} at the end" if "load_average_end" in data else "")
     load = f" (measured on a shared, loaded machine: {load})" if load else ""
     write_results({"bench_v1_scale": f"## bench_v1_scale\n\n{data.get('date', time.strftime('%Y-%m-%d'))}; "
                                      f"{machine()}{load}\n\n{markdown_table(got)}"})
@@ -427,19 +513,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--publish", metavar="JSON", help="re-publish a measurement (a V1_SCALE.json): chart, RESULTS.md section")
     ap.add_argument("--profile", action="store_true", help="also cProfile one call of each (saved in the JSON)")
     ap.add_argument("--save", metavar="JSON", help="save the measurement there (with --sizes)")
+    ap.add_argument("--no-before", action="store_true", help="skip the 'before issue 40' variant (minutes at 16,384 rows)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--repeat", type=int, default=3, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        child([tuple(s) for s in json.loads(args.child)], args.repeat, Path(args.out), args.profile)
+        child([tuple(s) for s in json.loads(args.child)], args.repeat, Path(args.out), args.profile, not args.no_before)
         return 0
     from benchmarks.harness import markdown_table
 
     if args.publish:
         print(markdown_table(publish(json.loads(Path(args.publish).read_text()))))
         return 0
-    data = measure_all(args.quick, [tuple(s) for s in json.loads(args.sizes)] if args.sizes else None, args.profile)
+    data = measure_all(args.quick, [tuple(s) for s in json.loads(args.sizes)] if args.sizes else None, args.profile,
+                       not args.no_before)
     if args.save:
         Path(args.save).write_text(json.dumps(data, indent=1))
     print(markdown_table(publish(data) if not args.quick and not args.sizes else results(data)))

@@ -148,3 +148,28 @@ def test_score_batch_scores_each_distinct_pair_once_and_equals_per_row_scores():
     assert counted(np.array(["a", "bb", "a", "a"], dtype=object), np.array(["x", "x", "x", "y"], dtype=object)).tolist() == [1, 2, 1, 1]
     assert sorted(calls) == [("a", "x"), ("a", "y"), ("bb", "x")]
     assert counted(np.zeros(0, object), np.zeros(0, object)).shape == (0,)
+
+
+def test_score_batch_over_columns_equals_the_per_row_rules_on_odd_text():
+    """The string-kernel path (pyarrow, RE2) decides only rows it can be sure of: random responses from tags,
+    every kind of whitespace Python's isspace knows, Unicode digits, signs, commas, $ and %, score as per row."""
+    from rlhooks.plugins.rewards.functions import BUILTIN_FUNCTIONS
+
+    rng = np.random.default_rng(7)
+    parts = ["<reasoning>", "</reasoning>", "<answer>", "</answer>", "<", "r", "x y", " ", "\n", "\t", "\xa0", "\u2003",
+             "\x1c", "\x85", "42", "4,2", "-4", "+.5", "5.", "٣", "1e3", "$", "%", ",", ".", "E", "é", "The answer is 7"]
+    shapes = ["<reasoning>{a}</reasoning>{b}<answer>{c}</answer>{d}", "{a}<reasoning>{b}</reasoning><answer>{c}</answer>",
+              "<reasoning>{a}</reasoning><answer>{b}</answer>{c}<answer>{d}</answer>", "{a}{b}{c}{d}"]
+    def piece() -> str:
+        return "".join(rng.choice(parts, rng.integers(0, 3)).tolist())
+    responses, targets = [], []
+    for i in range(3000):  # above COLUMNS_FROM: the kernels run
+        shape = shapes[i % len(shapes)] if i % 7 else shapes[0]
+        responses.append(shape.format(a=piece() or "think", b=piece(), c=piece() or "42", d=piece() if i % 3 == 0 else ""))
+        targets.append(str(rng.choice(["42", "4,2", "-4", "0.5", "5", "$42", "42%", "٣", "x", "42.", " 42", "1e3", "46.2", "0"])))
+    rs, ts = np.array(responses, dtype=object), np.array(targets, dtype=object)
+    for name, fn in BUILTIN_FUNCTIONS.items():
+        want = [fn(r, t) for r, t in zip(responses, targets)]
+        got = fn.score_batch(rs, ts).tolist()
+        bad = [(r, t, g, w) for r, t, g, w in zip(responses, targets, got, want) if g != w]
+        assert not bad, (name, bad[:3])

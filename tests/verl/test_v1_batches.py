@@ -98,11 +98,14 @@ def test_only_the_fields_the_plugins_use_are_read_and_text_for_the_rows_shown():
     assert batch["response_length"].tolist() == [4, 2, 2]  # from the tags: no token ids read
     assert len(store.reads) == 1
     shown = batch.select(np.array([2]))  # a table's row: its text only, read when shown
-    assert shown["response"].tolist() == ["answer 5"] and store.reads[-1] == (("responses",), ("u2_0_0",))
+    # the shown row's row-wise fields in one read (a table shows text, target, complexity together)
+    assert shown["response"].tolist() == ["answer 5"]
+    assert store.reads[-1] == (("rlhooks_row", "data_source", "prompts", "responses", "reward_model", "extra_info"),
+                               ("u2_0_0",))
     assert len(store.reads) == 2
     row = shown.to_rows(["index", "data_source", "target", "complexity", "prompt"])[0]
     assert row == {"index": 7, "data_source": "easy", "target": "3", "complexity": 1.5, "prompt": "what is 2"}
-    assert {keys for _, keys in store.reads[2:]} == {("u2_0_0",)}  # each read: the shown row only
+    assert len(store.reads) == 2  # the shown row's columns came from that one read
 
 
 def test_the_reward_falls_back_to_rm_scores_without_a_score_extra():

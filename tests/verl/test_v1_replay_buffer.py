@@ -57,12 +57,15 @@ def _trainer(tmp_path, *overrides, plugins=()):
     return trainer
 
 
-def _put_groups(tq, trainer, accs: list[list[float]]) -> list[str]:
+def _put_groups(tq, trainer, accs: list[list[float]], dispatched: bool = False) -> list[str]:
     """One finished prompt group per entry of ``accs`` (one acc per response), written as V1's agent loop
-    writes them: trajectories ``{uid}_{session}_0`` with their fields and tags, then the prompt's status."""
+    writes them: trajectories ``{uid}_{session}_0`` with their fields and tags, then the prompt's status.
+    ``dispatched``: the prompts went through the trainer's dispatch (the buffer knows their rows and sources)."""
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
     prompts = trainer._next_train_batch(len(accs))  # verl's own dataloader fetch (uids, rlhooks_row, ...)
+    if dispatched:
+        trainer.replay_buffer.remember_dispatched(prompts)  # what _submit_batch_to_rollout does
     uids = list(prompts["uid"])
     tq.kv_batch_put(keys=uids, partition_id="train",
                     tags=[{"is_prompt": True, "status": "running", "global_steps": 1} for _ in uids])
@@ -220,7 +223,7 @@ def test_judging_reads_only_the_fields_the_plugins_declare(tmp_path, transfer_qu
 
     trainer = _trainer(tmp_path, "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc",
                        plugins=[("table", Table())])
-    uids = _put_groups(transfer_queue, trainer, [[1.0, 0.0], [0.0, 0.0]])
+    uids = _put_groups(transfer_queue, trainer, [[1.0, 0.0], [0.0, 0.0]], dispatched=True)
     buffer = trainer.replay_buffer
     buffer._sync_metadata_from_transfer_queue()
     assert buffer._dapo_filtered_keys("train")[0] == {uids[1]}
@@ -228,7 +231,23 @@ def test_judging_reads_only_the_fields_the_plugins_declare(tmp_path, transfer_qu
     assert reward == [1.0, 0.0, 0.0, 0.0] and lengths == [4, 2, 2, 2] and text == ["the answer is 3"]
     probe, judged, shown = reads
     assert probe[1] == 1  # once per run: the fields TransferQueue holds, from one trajectory
-    assert judged[1] == 4 and "extra_fields" in judged[0]
-    assert not {"rm_scores", "prompts", "responses", "reward_model", "extra_info", "uid"} & set(judged[0])
-    assert shown == (("responses",), 1)  # the shown row's token ids only
+    assert judged == (("extra_fields",), 4)  # the dataset row and source came with the dispatch
+    assert shown[1] == 1 and "responses" in shown[0] and "rm_scores" not in shown[0]  # the shown row's only
+
+    # the step's end: the judged rows' values kept (no read), the per-token fields from verl's own metric read
+    from transfer_queue import KVBatchMeta
+
+    listed = transfer_queue.kv_list("train")["train"]
+    keys = sorted(k for k in listed if "_" in k and k.split("_")[0] == uids[0])  # its trajectories
+    meta = KVBatchMeta(partition_id="train", keys=keys, tags=[listed[k] for k in keys])
+    verl_read = real(keys=keys, partition_id="train", select_fields=["rm_scores", "responses"])  # what it holds of verl's
+    del reads[:]
+    trained = trainer._trained_batch(meta, verl_read)
+    assert trained["reward"].tolist() == [1.0, 0.0] and trained["final_reward"].tolist() == [1.0, 0.0]
+    assert reads == []  # nothing read again
+    assert buffer.judged_values("train", keys) is None  # forgotten once the step ended on them
+    again = trainer._trained_batch(meta)  # a group judged before a resume: read again, equal
+    assert again["reward"].tolist() == trained["reward"].tolist() and again["index"].tolist() == trained["index"].tolist()
+    assert again["final_reward"].tolist() == trained["final_reward"].tolist() and reads
+    assert again["data_source"].tolist() == trained["data_source"].tolist()  # kept from the dispatch = stored
     transfer_queue.kv_clear(keys=list(transfer_queue.kv_list("train").get("train", {})), partition_id="train")

@@ -88,7 +88,7 @@ def v1_trainer(tmp_path, monkeypatch, plugin, steps=3, *overrides):
     t.rl = RunManager(rlhooks_config(cfg, steps=steps), extra_plugins=[("rec", plugin)])
     t.driver = StepDriver(t.rl)
     t.step = lambda metrics, timing_raw: KVBatchMeta(partition_id="train", keys=[], tags=[])
-    t._trained_batch = lambda batch: Batch({"uid": np.array(["a", "a"], dtype=object), "advantage": np.zeros(2),
+    t._trained_batch = lambda batch, verl_data=None: Batch({"uid": np.array(["a", "a"], dtype=object), "advantage": np.zeros(2),
                                             "acc": np.ones(2)})  # what _trained_batch reads from TransferQueue
     return t
 

@@ -207,6 +207,9 @@ _IMPORTED_NOT_FINGERPRINTED = {
     "verl.trainer.main_ppo:TaskRunnerV1.__ray_metadata__": "Ray's (pinned with Ray): the class verl decorated; "
                                                           "TaskRunnerV1.run is fingerprinted",
     "verl.trainer.main_ppo:TaskRunnerV1.__ray_metadata__.modified_class": "as above",
+    "verl.trainer.ppo.v1.trainer_base:get_metric_data_with_optional_routed_experts": (
+        "read with getattr and wrapped only around verl's fingerprinted _compute_metrics, to keep what it returns: "
+        "a verl without it, or one returning another length, leaves the per-token fields to be read (trainer.py)"),
 }
 
 

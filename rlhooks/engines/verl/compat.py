@@ -165,6 +165,8 @@ ATTRIBUTES: dict[str, str] = {
         "partitions", "pending_keys", "running_keys", "finished_keys", "failure_keys", "_dapo_classification_cache",
         "filter_groups_metric", "train_batch_size", "gen_batch_size", "max_inflight_gen_batches", "trainer_mode",
         "sync_refill_failed_groups",
+        # the prompts in flight (their uids: the dispatched rows and sources kept until they leave)
+        "prompt_global_steps",
         # the poll the rlhooks buffer adapts (its sleep between polls) and the custom sampler's own settings
         "poll_interval", "sampler_kwargs")},
 }

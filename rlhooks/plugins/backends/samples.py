@@ -261,18 +261,20 @@ class _SampleTable(abc.ABC):
         # candidates of this batch alone, then only those rows become Python dicts
         top, bot = self._pick(keys, groups)
         idx = np.unique(np.concatenate([top, bot]))
-        rows = batch.select(idx).to_rows(self._columns(batch))
         cand.seen += len(batch)
         ids = np.asarray(batch[rlhooks.SAMPLE_ID], dtype=object)[idx] if rlhooks.SAMPLE_ID in batch else None
         # merge with the step's running selection; positions in arrival order keep ties stable
         all_keys = np.concatenate([cand.keys, keys[idx]])
-        all_rows = cand.rows + rows
         all_groups = np.concatenate([cand.groups, groups[idx]]) if groups is not None else cand.groups
         top, bot = self._pick(all_keys, all_groups if groups is not None else None)
         keep = np.unique(np.concatenate([top, bot]))
+        # only this batch's rows that stay in the selection become Python dicts (their text read, decoded)
+        old = len(cand.rows)
+        new = keep[keep >= old] - old
+        fresh = dict(zip(new.tolist(), batch.select(idx[new]).to_rows(self._columns(batch)))) if len(new) else {}
+        cand.rows = [cand.rows[i] if i < old else fresh[i - old] for i in keep.tolist()]  # at most top + bottom
         cand.keys = all_keys[keep]
-        cand.rows = [all_rows[i] for i in keep]  # at most top + bottom rows (per group)
-        if ids is not None and (cand.ids is not None or len(all_rows) == len(rows)):
+        if ids is not None and (cand.ids is not None or old == 0):
             all_ids = ids if cand.ids is None else np.concatenate([cand.ids, ids])
             cand.ids = all_ids[keep]
         else:

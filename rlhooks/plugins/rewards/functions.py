@@ -220,8 +220,200 @@ def _score_distinct(fn: Callable[..., float]) -> Callable[[np.ndarray, np.ndarra
     return score_batch
 
 
-for _fn in (format_exact, format_approx, check_answer, check_numbers):
-    _fn.score_batch = _score_distinct(_fn)  # type: ignore[attr-defined]
+# -- score_batch: the rules above over whole columns (pyarrow's string kernels, RE2), equal row for row ------------
+# A row the kernels cannot decide with certainty (leading whitespace, several <answer> tags, text around a number,
+# a number with letters, ...) is scored by the per-row function: the vectorized path is an exact shortcut for the
+# common shapes, never a second implementation of the edge cases.
+
+#: str.isspace()'s characters (Python 3.11: bidirectional WS/B/S or category Zs), as an RE2 class body
+_SPACE = r"\t\n\x0b\x0c\r\x1c-\x1f \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}"
+#: X's first character after <reasoning>: not blank and not the start of a </reasoning> (then X is not blank and
+#: the first </reasoning> is the one extract_answer picks)
+_X_START = "^<reasoning>[^" + _SPACE + "<]"
+#: some </reasoning> before an <answer>
+_X_END = "</reasoning>(?s:.)*<answer>"
+#: Z at the end: a non-blank first character, no further tag, </answer> last
+_Z = "<answer>(?P<z>[^" + _SPACE + "<][^<]*)</answer>$"
+#: text that is a number in the sense of _as_number when it has only these characters (no space, letter, exponent)
+_PLAIN = r"^[0-9,+\-$%.]+$"
+#: _as_number of a plain text without its commas: an optional leading $, a float literal, an optional trailing %
+_NUMERIC = r"^\$?(?P<v>[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))%?$"
+#: the first number right after the <answer> tag (check_numbers' _NUMBER, in ASCII digits)
+_FIRST_NUMBER = r"<answer>(?P<n>[-+]?[0-9][0-9,]*(?:\.[0-9]+)?|[-+]?\.[0-9]+)"
+
+
+def _arrow(values: np.ndarray) -> Any:
+    import pyarrow as pa
+
+    return pa.array(values.tolist(), type=pa.large_string())
+
+
+def _mask(array: Any) -> np.ndarray:
+    return np.asarray(array.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _tail(rs: Any) -> tuple[np.ndarray, Any, np.ndarray]:
+    """(rows with exactly one <answer> that end ``<answer>Z</answer>``, Z non-blank and tag-free; Z there, else
+    null; rows with any <answer>)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    z = pc.struct_field(pc.extract_regex(rs, _Z), "z")
+    ends = _mask(pc.is_valid(z))
+    one = ends & ~_mask(pc.match_substring_regex(rs, "<answer>(?s:.)*<answer>"))
+    tagged = ends.copy()
+    if not ends.all():
+        tagged[~ends] = _mask(pc.match_substring_regex(pc.filter(rs, pa.array(~ends)), "<answer>"))
+    return one, z, tagged
+
+
+def _answers(rs: Any) -> tuple[np.ndarray, Any, np.ndarray]:
+    """(rows whose answer is known, their answers as an arrow array of every row (null elsewhere), rows that need
+    extract_answer): a row is known when it has exactly one <answer>, starts <reasoning> + a non-blank character,
+    closes </reasoning> before <answer> and ends ``<answer>Z</answer>`` with Z non-blank and tag-free; a row
+    without <answer> or </answer> has none."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    known, z, tagged = _tail(rs)
+    known = known.copy()
+    known[known] = _mask(pc.match_substring_regex(pc.filter(rs, pa.array(known)), _X_START))
+    known[known] = _mask(pc.match_substring_regex(pc.filter(rs, pa.array(known)), _X_END))
+    unsure = ~known & tagged
+    if unsure.any():  # without </answer>: no answer
+        unsure[unsure] = _mask(pc.match_substring_regex(pc.filter(rs, pa.array(unsure)), "</answer>"))
+    return known, z, unsure
+
+
+def _numbers(texts: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(plain: rows whose _as_number is decided here, value: _as_number where plain, NaN for None)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    plain = _mask(pc.match_substring_regex(texts, _PLAIN))
+    bare = pc.replace_substring(texts, ",", "")
+    try:  # the usual column: every text a float literal once its commas are gone
+        number = pc.cast(bare, pa.float64())
+    except pa.ArrowInvalid:  # else the literal inside an optional $ ... %, null where there is none
+        number = pc.cast(pc.struct_field(pc.extract_regex(bare, _NUMERIC), "v"), pa.float64())
+    value = np.array(number.to_numpy(zero_copy_only=False), dtype=np.float64)
+    value[~np.isfinite(value)] = np.nan  # null (no number) and, as in _as_number, not finite
+    return plain, value
+
+
+def _per_row(fn: Callable[..., float], out: np.ndarray, rows: np.ndarray, responses: np.ndarray, targets: np.ndarray) -> None:
+    idx = np.flatnonzero(rows)
+    if len(idx):
+        out[idx] = [fn(r, t) for r, t in zip(responses[idx].tolist(), targets[idx].tolist())]
+
+
+def _format_exact_batch(responses: np.ndarray, targets: np.ndarray, rs: Any) -> np.ndarray:
+    known, _, unsure = _answers(rs)
+    out = np.where(known, 3.0, 0.0)
+    _per_row(format_exact, out, unsure, responses, targets)
+    return out
+
+
+def _format_approx_batch(responses: np.ndarray, targets: np.ndarray, rs: Any) -> np.ndarray:
+    import pyarrow.compute as pc
+
+    out = np.zeros(len(responses))
+    for tag in (REASONING_START, REASONING_END, ANSWER_START, ANSWER_END):
+        once = np.asarray(pc.count_substring_regex(rs, tag).to_numpy(zero_copy_only=False)) == 1
+        out += np.where(once, 0.5, -0.5)
+    starts = _mask(pc.starts_with(rs, REASONING_START))
+    out += np.where(starts, 0.5, -0.5)
+    spaced = ~starts & _mask(pc.match_substring_regex(rs, "^[" + _SPACE + "]"))  # leading whitespace: per row
+    _per_row(format_approx, out, spaced, responses, targets)
+    return out
+
+
+def _check_answer_batch(responses: np.ndarray, targets: np.ndarray, rs: Any) -> np.ndarray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    known, z, unsure = _answers(rs)
+    ts = _arrow(targets)
+    exact = known & _mask(pc.equal(z, ts))
+    rest = known & ~exact
+    out = np.where(exact, 3.0, 0.0)
+    if rest.any():
+        pick = pa.array(rest)
+        zr, tr = pc.filter(z, pick), pc.filter(ts, pick)
+        z_plain, a = _numbers(zr)
+        t_plain, t = _numbers(tr)
+        plain = z_plain & t_plain  # only [0-9,+-$%.]: _normalize drops a trailing '.' and nothing else
+        dotted = _mask(pc.ends_with(zr, ".")) | _mask(pc.ends_with(tr, "."))  # else equal after _normalize: equal
+        same = np.zeros(len(dotted), dtype=bool)
+        if dotted.any():
+            zd, td = pc.filter(zr, pa.array(dotted)), pc.filter(tr, pa.array(dotted))
+            same[dotted] = _mask(pc.equal(pc.replace_substring_regex(zd, r"\.$", ""), pc.replace_substring_regex(td, r"\.$", "")))
+        both = ~np.isnan(a) & ~np.isnan(t)
+        with np.errstate(invalid="ignore"):
+            diff, tol = np.abs(a - t), np.abs(t) * (1 + 1e-9)
+            graded = np.where(diff <= 0.1 * tol, 0.5, np.where(diff <= 0.2 * tol, 0.25, -1.0))
+        rows = np.flatnonzero(rest)
+        out[rows[plain]] = np.where(same, 1.5, np.where(both, graded, -1.0))[plain]
+        unsure[rows[~plain]] = True
+    _per_row(check_answer, out, unsure, responses, targets)
+    return out
+
+
+def _check_numbers_batch(responses: np.ndarray, targets: np.ndarray, rs: Any) -> np.ndarray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    known, z, tagged = _tail(rs)
+    # one <answer>, its Z starting with a number in ASCII text (Python's \d is every Unicode digit): decided here;
+    # any other row with an <answer>: per row
+    known = known.copy()
+    out = np.zeros(len(responses))
+    if known.any():
+        zs = pc.filter(z, pa.array(known))
+        n = pc.struct_field(pc.extract_regex(zs, "^" + _FIRST_NUMBER.removeprefix("<answer>")), "n")
+        sure = _mask(pc.is_valid(n)) & _mask(pc.string_is_ascii(zs))
+        t_plain, t = _numbers(pc.filter(_arrow(targets), pa.array(known)))
+        guess = np.asarray(pc.cast(pc.replace_substring(n, ",", ""), pa.float64()).to_numpy(zero_copy_only=False),
+                           dtype=np.float64)  # a number as _NUMBER matches it: a float once its commas are gone
+        sure &= t_plain
+        rows = np.flatnonzero(known)
+        out[rows] = np.where(sure & ~np.isnan(guess) & (guess == t), 1.5, 0.0)
+        known[rows[~sure]] = False
+    _per_row(check_numbers, out, ~known & tagged, responses, targets)
+    return out
+
+
+#: from this many rows, score_batch runs the string kernels (each compiles its RE2 pattern: 10-80 us a call; fewer
+#: rows are scored per distinct pair)
+COLUMNS_FROM = 1024
+
+
+def _score_columns(fn: Callable[..., float], columns: Callable[..., np.ndarray]
+                   ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    distinct = _score_distinct(fn)
+
+    def score_batch(responses: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        responses = np.asarray(responses, dtype=object)
+        targets = np.asarray(targets, dtype=object)
+        if len(responses) < COLUMNS_FROM:
+            return distinct(responses, targets)
+        import pyarrow as pa
+
+        # text only (a number target keeps its own meaning; bytes are decoded per row)
+        if set(map(type, responses.tolist())) != {str} or set(map(type, targets.tolist())) != {str}:
+            return distinct(responses, targets)
+        try:
+            return columns(responses, targets, _arrow(responses))
+        except pa.ArrowException:  # text arrow does not hold (a lone surrogate): per row
+            return distinct(responses, targets)
+
+    score_batch.__doc__ = f"{fn.__name__} per row, over the columns (string kernels; per row where they cannot decide)."
+    return score_batch
+
+
+for _fn, _columns in ((format_exact, _format_exact_batch), (format_approx, _format_approx_batch),
+                      (check_answer, _check_answer_batch), (check_numbers, _check_numbers_batch)):
+    _fn.score_batch = _score_columns(_fn, _columns)  # type: ignore[attr-defined]
 
 
 #: name -> function, in the order the verl adapter applies them by default

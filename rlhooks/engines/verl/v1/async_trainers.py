@@ -68,8 +68,8 @@ class _AsyncHooks:
         for k, v in eviction_metrics(batch, np.ones(len(batch), dtype=bool)).items():
             self._staleness[k] = self._staleness.get(k, 0.0) + v
 
-    def _trained_batch(self, batch) -> Batch:
-        return with_staleness(super()._trained_batch(batch), self.global_steps)
+    def _trained_batch(self, batch, verl_data: Any = None) -> Batch:
+        return with_staleness(super()._trained_batch(batch, verl_data), self.global_steps)
 
     def _filter_metrics(self, trained: Batch, metrics: dict[str, Any]) -> dict[str, float]:
         out = super()._filter_metrics(trained, metrics)

@@ -42,7 +42,7 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
 from rlhooks.core.errors import RLHooksError
 from rlhooks.engines.verl.v1 import TRAINER_MODE
-from rlhooks.engines.verl.v1.batches import scored_batch, scored_fields
+from rlhooks.engines.verl.v1.batches import ROW_KEY, field_values, objects, scored_batch, scored_fields
 
 #: what verl's sample() sees as "DAPO enabled" when rlhooks filters run (any non-None metric name)
 RLHOOKS_FILTERS = "rlhooks filters"
@@ -111,6 +111,12 @@ class RLHooksReplayBuffer(ReplayBuffer):
         #: partition -> stale groups reported to the trainer (async modes), each once until verl evicts it
         self._stale_reported: dict[str, set[str]] = defaultdict(set)
         self._failed_seen: set[str] = set()
+        #: partition -> what was read of the groups judged (trajectory keys, batches.field_values): the step's
+        #: end builds the trained rows from it instead of reading the fields again (every trained group was judged)
+        self._judged_rows: dict[str, list[tuple[np.ndarray, dict[str, np.ndarray]]]] = defaultdict(list)
+        #: prompt uid -> (dataset row, data_source) as the trainer dispatched it: not read from TransferQueue
+        self._dispatched: dict[str, tuple[int, Any]] = {}
+        self._dispatched_since: set[str] = set()  # dispatched since the last step's end (maybe not polled yet)
 
     def attach(self, trainer: Any, *, filters: bool, train_batch_size: int, gen_batch_size: int,
                max_inflight_gen_batches: int, sync_refill_failed_groups: bool = False) -> None:
@@ -249,7 +255,7 @@ class RLHooksReplayBuffer(ReplayBuffer):
         out: dict[str, float | None] = {uid: None for uid in uids - stale}
         if not keys:
             return out
-        batch = self.scored(partition_id, keys)
+        batch = self.scored(partition_id, keys, keep=True)
         evicted = None
         if stale:
             uid = np.asarray(batch["uid"], dtype=object)
@@ -270,14 +276,82 @@ class RLHooksReplayBuffer(ReplayBuffer):
         out.update(zip(names[dropped].tolist(), mean[dropped].tolist()))
         return out
 
-    def scored(self, partition_id: str, keys: list[str]):
+    def scored(self, partition_id: str, keys: list[str], *, keep: bool = False):
         """The trajectories ``keys`` as a Batch: the fields the plugins read for every row read now, in one
-        read (``_present_fields``), the others when a plugin reads them, for its rows; lengths from the tags."""
+        read (``_present_fields``; the dataset row and source known from the dispatch are not read), the others
+        when a plugin reads them, for its rows; lengths from the tags. ``keep``: what was read is kept for the
+        step's end (:meth:`judged_values`)."""
         fields = self._present_fields(partition_id, keys[0])
-        data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=fields)
+        known = self._dispatched_values(keys, fields)
+        data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=[f for f in fields if f not in known])
+        values = {**field_values(data), **known}
+        if keep:
+            self._judged_rows[partition_id].append((np.asarray(keys, dtype=str), values))
         tags = self.partitions[partition_id]
-        return scored_batch(data, keys, self.trainer.tokenizer, self.trainer.adapter_functions, fetch=self.fetcher(partition_id),
+        return scored_batch(values, keys, self.trainer.tokenizer, self.trainer.adapter_functions, fetch=self.fetcher(partition_id),
                             stored=self._stored_fields, tags=[tags.get(k) for k in keys])
+
+    def remember_dispatched(self, prompts: Any) -> None:
+        """The prompts the trainer hands the agent loop (a TensorDict with ``uid``): their dataset row and
+        source, which every trajectory of the prompt carries into TransferQueue, so judging need not read them."""
+        present = set(prompts.keys())
+        if "uid" not in present or ROW_KEY not in present or "data_source" not in present:
+            return
+        uids = objects(prompts.get("uid")).tolist()
+        self._dispatched_since.update(uids)
+        self._dispatched.update(zip(uids,
+                                    zip(objects(prompts.get(ROW_KEY)).astype(np.int64).tolist(),
+                                        objects(prompts.get("data_source")).tolist())))
+
+    def _dispatched_values(self, keys: list[str], fields: list[str]) -> dict[str, np.ndarray]:
+        """``rlhooks_row`` and ``data_source`` of ``keys`` (those of ``fields``) from the dispatch, one lookup a
+        group; nothing when a group was not dispatched by this process (a resume restoring TransferQueue)."""
+        wanted = [f for f in (ROW_KEY, "data_source") if f in fields]
+        if not wanted or not self._dispatched:
+            return {}
+        uids, group = np.unique(np.asarray([k.partition("_")[0] for k in keys], dtype=object), return_inverse=True)
+        found = [self._dispatched.get(u) for u in uids.tolist()]
+        if any(f is None for f in found):
+            return {}
+        rows = np.fromiter((f[0] for f in found), np.int64, len(found))
+        sources = np.empty(len(found), dtype=object)
+        sources[:] = [f[1] for f in found]
+        out = {ROW_KEY: rows[group], "data_source": sources[group]}
+        return {f: out[f] for f in wanted}
+
+    def judged_values(self, partition_id: str, keys: list[str]) -> dict[str, np.ndarray] | None:
+        """What judging read of the trajectories ``keys`` (batches.field_values, rows in ``keys`` order), or
+        None when one of them was not judged in this process (its rows are then read again)."""
+        entries = self._judged_rows.get(partition_id)
+        if not entries or len({tuple(sorted(v)) for _, v in entries}) != 1:
+            return None
+        stored = np.concatenate([k for k, _ in entries])
+        order = np.argsort(stored, kind="stable")
+        ranked = stored[order]
+        want = np.asarray(keys, dtype=str)
+        pos = np.minimum(np.searchsorted(ranked, want), len(ranked) - 1)
+        if not np.array_equal(ranked[pos], want):
+            return None
+        rows = order[pos]
+        return {f: np.concatenate([v[f] for _, v in entries])[rows] for f in entries[0][1]}
+
+    def forget(self, partition_id: str, keys: list[str]) -> None:
+        """The step has ended on ``keys``: what judging kept of them, and of groups no longer in the buffer
+        (evicted, surplus), is dropped; so are dispatched prompts no longer in it."""
+        live = np.asarray(list(self.partitions[partition_id]), dtype=str)
+        gone = np.asarray(keys, dtype=str)
+        kept = []
+        for stored, values in self._judged_rows.get(partition_id, []):
+            mask = np.isin(stored, live) & ~np.isin(stored, gone)
+            if mask.all():
+                kept.append((stored, values))
+            elif mask.any():
+                kept.append((stored[mask], {f: v[mask] for f, v in values.items()}))
+        self._judged_rows[partition_id] = kept
+        trained = {k.partition("_")[0] for k in keys}
+        prompts = self.prompt_global_steps[partition_id].keys() | self._dispatched_since
+        self._dispatched_since = set()
+        self._dispatched = {u: v for u, v in self._dispatched.items() if u in prompts and u not in trained}
 
     def _present_fields(self, partition_id: str, key: str) -> list[str]:
         """The fields read up front to judge groups, decided once: of those TransferQueue holds for a

@@ -233,6 +233,7 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         then on_batch_sampled, then verl's dispatch."""
         with self.rlhooks_time():
             batch = self._prompts_for_rollout(batch)
+            self.replay_buffer.remember_dispatched(batch)  # rows and sources: judging does not read them back
         return super()._submit_batch_to_rollout(batch)
 
     def _prompts_for_rollout(self, batch):
@@ -279,14 +280,15 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         batch read back, on_step_end, backends, tables), which runs after verl's step timer;
         ``timing/rlhooks_share`` both over the step's wall time."""
         timing_raw["rlhooks"], self._rlhooks_seconds = self._rlhooks_seconds, 0.0
-        super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
+        with verl_metric_read() as verl_read:  # the per-token fields verl reads for its own metrics
+            super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
         end_start = time.perf_counter()
         step_end = self._rlhooks_step_end_seconds
         metrics["timing_s/rlhooks_step_end"] = step_end
         wall = float(timing_raw.get("step", 0.0)) + step_end
         metrics["timing/rlhooks_share"] = (timing_raw["rlhooks"] + step_end) / wall if wall > 0 else 0.0
         table = metrics.pop(DAPO_FILTERED_REWARD_COUNTS_KEY, None)  # a dict; verl logs it as a table
-        trained = self._trained_batch(batch)
+        trained = self._trained_batch(batch, verl_read.pop("data", None))
         metrics.update(self._step_metrics)
         metrics.update(self._filter_metrics(trained, metrics))
         metrics.update(self.rl.prompt_stage.metrics())
@@ -332,26 +334,41 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         })
         return out
 
-    def _trained_batch(self, batch) -> Batch:
-        """The trained (non-padding) trajectories read back from TransferQueue, with ``advantage`` and
-        ``final_reward``."""
-        real = [(k, tag) for k, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
-        keys, tags = [k for k, _ in real], [tag for _, tag in real]
+    def _trained_batch(self, batch, verl_data: Any = None) -> Batch:
+        """The trained (non-padding) trajectories, with ``advantage`` and ``final_reward``: the fields judging
+        read, kept by the replay buffer (read again only for groups judged before a resume); the per-token
+        fields from what verl's ``_compute_metrics`` read of ``batch`` (``verl_data``, rows in ``batch.keys``
+        order), else read when a plugin reads their column, for its rows."""
+        real = np.fromiter((not tag.get("is_padding", False) for tag in batch.tags), bool, len(batch.keys))
+        keys = np.asarray(batch.keys, dtype=object)[real].tolist()
+        tags = [tag for tag, r in zip(batch.tags, real) if r]
         if not keys:
             return Batch({}, length=0)
         partition = batch.partition_id
-        probe = tq.kv_batch_get(keys=keys[:1], partition_id=partition)
-        present = set(probe.keys())
-        data = tq.kv_batch_get(keys=keys, partition_id=partition,
-                               select_fields=scored_fields(self.scored_columns, present, reward_in_extras=self.reward_in_extras))
-        fetch = self.replay_buffer.fetcher(partition)
-        trained = scored_batch(data, keys, self.tokenizer, self.adapter_functions, fetch=fetch, stored=present, tags=tags)
-        # the per-token fields (4 bytes a token each) are read when a plugin reads their column, for its rows
+        buffer = self.replay_buffer
+        present = getattr(buffer, "_stored_fields", None)
+        if present is None:
+            present = set(tq.kv_batch_get(keys=keys[:1], partition_id=partition).keys())
+        values = buffer.judged_values(partition, keys)
+        if values is None:
+            values = tq.kv_batch_get(keys=keys, partition_id=partition,
+                                     select_fields=scored_fields(self.scored_columns, present, reward_in_extras=self.reward_in_extras))
+        buffer.forget(partition, keys)
+        fetch = buffer.fetcher(partition)
+        trained = scored_batch(values, keys, self.tokenizer, self.adapter_functions, fetch=fetch, stored=present, tags=tags)
+        final_field = "token_level_rewards" if "token_level_rewards" in present else "rm_scores"
         lazy = {}
-        if "advantages" in present:  # mean over the response (its valid tokens: the jagged row's length)
+        if verl_data is not None and len(verl_data) == len(batch.keys):
+            held = set(verl_data.keys())
+            if "advantages" in held:  # mean over the response (its valid tokens: the jagged row's length)
+                lazy[cols.ADVANTAGE] = _rows_of(verl_data.get("advantages"), real, token_means)
+            if final_field in held:
+                lazy[cols.FINAL_REWARD] = _rows_of(verl_data.get(final_field), real, _token_sums)
+        # otherwise the per-token fields (4 bytes a token each) are read when a plugin reads their column
+        if cols.ADVANTAGE not in lazy and "advantages" in present:
             lazy[cols.ADVANTAGE] = fetched(fetch, keys, "advantages", token_means)
-        lazy[cols.FINAL_REWARD] = fetched(fetch, keys, "token_level_rewards" if "token_level_rewards" in present
-                                          else "rm_scores", _token_sums)
+        if cols.FINAL_REWARD not in lazy:
+            lazy[cols.FINAL_REWARD] = fetched(fetch, keys, final_field, _token_sums)
         return trained.with_columns(_lazy=lazy)
 
     # -- checkpoints: verl's files, rlhooks's save order and resume rules (checkpoints.py) ----------
@@ -423,6 +440,37 @@ def rebuilt_loader(loader: StatefulDataLoader, dataset: Any, *, sampler: Any, ba
               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and hasattr(loader, name)}
     return type(loader)(dataset=dataset, batch_size=batch_size, sampler=loader.sampler if sampler is None else sampler,
                         **kwargs)
+
+
+def _rows_of(values: Any, rows: np.ndarray, convert: Any) -> Any:
+    """A lazy column from a per-token field verl already read (``convert`` of it, then the ``rows`` mask)."""
+    return lambda: convert(values)[rows]
+
+
+@contextmanager
+def verl_metric_read() -> Iterator[dict[str, Any]]:
+    """What verl's ``_compute_metrics`` reads from TransferQueue for its own metrics (prompts, responses,
+    advantages, rm_scores, token_level_rewards of the trained batch, in its keys' order), kept as ``["data"]``
+    so the step's end takes ``advantage`` and ``final_reward`` from it instead of reading 4 bytes a token
+    again. verl reads it through ``metric_utils.get_metric_data_with_optional_routed_experts`` (fingerprinted,
+    compat); a verl without it: nothing is kept (the fields are read when a plugin reads them)."""
+    from verl.trainer.ppo.v1 import trainer_base
+
+    seen: dict[str, Any] = {}
+    real = getattr(trainer_base, "get_metric_data_with_optional_routed_experts", None)
+    if real is None:
+        yield seen
+        return
+
+    def keep(*args: Any, **kwargs: Any) -> Any:
+        seen["data"] = data = real(*args, **kwargs)
+        return data
+
+    trainer_base.get_metric_data_with_optional_routed_experts = keep
+    try:
+        yield seen
+    finally:
+        trainer_base.get_metric_data_with_optional_routed_experts = real
 
 
 def tq_checkpoint_wanted(trainer_mode: str) -> bool:
