@@ -81,7 +81,7 @@ def _async_buffer(tmp_path):
             rb.partitions["train"][f"{uid}_0_{i}"] = {}
     rb._dapo_classification_cache["train"]["d"] = None
 
-    def scored(partition_id, keys):  # what the buffer reads from TransferQueue for those keys
+    def scored(partition_id, keys, *, keep=False):  # what the buffer reads from TransferQueue for those keys
         uid = np.array([k.split("_")[0] for k in keys], dtype=object)
         reward = np.array([GROUPS[u][1][int(k.rsplit("_", 1)[1])] for u, k in zip(uid, keys)])
         return Batch({"uid": uid, "reward": reward, "policy_version": np.array([GROUPS[u][0] for u in uid])})
