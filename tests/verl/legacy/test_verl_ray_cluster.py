@@ -33,7 +33,7 @@ from ..verl_shim_helpers import WORDS, make_tokenizer, write_dataset  # noqa: E4
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "rlhooks-example-plugin"
 NAME = "cluster-run"
 
