@@ -360,9 +360,10 @@ def cpu_learner(cfg: Any) -> bool:
     return True
 
 
-def run(cfg: Any, session: Any = None) -> None:
+def run(cfg: Any, session: Any = None, *, validated: bool = False) -> None:
     """verl's main_ppo for a composed config, with the rlhooks TaskRunner (or the CPU learner). ``session``: the
-    driver's part of a run on a Ray TaskRunner (driver.DriverSession: signals forwarded to the TaskRunner)."""
+    driver's part of a run on a Ray TaskRunner (driver.DriverSession: signals forwarded to the TaskRunner).
+    ``validated``: the caller ran :func:`validate_verl_config` (it reads the checkpoints: once is enough)."""
     def wrap(cls: Any) -> Any:
         return session.runner_class(cls) if session is not None else cls
 
@@ -372,7 +373,8 @@ def run(cfg: Any, session: Any = None) -> None:
     if cpu_learner(cfg):
         from rlhooks.engines.verl.cpu import runner
 
-        validate_verl_config(cfg)
+        if not validated:
+            validate_verl_config(cfg)
         if trainer_in_use(cfg) == "v1":  # verl's run_ppo on a local Ray, with the rlhooks V1 TaskRunner
             from rlhooks.engines.verl.v1.runner import RLHooksTaskRunnerV1
 
@@ -383,7 +385,8 @@ def run(cfg: Any, session: Any = None) -> None:
         return
     from verl.trainer.main_ppo import run_ppo
 
-    validate_verl_config(cfg)
+    if not validated:
+        validate_verl_config(cfg)
     forward_rlhooks_env(cfg)
     if trainer_in_use(cfg) == "v1":
         from rlhooks.engines.verl.v1.runner import RLHooksTaskRunnerV1 as task_runner
@@ -422,7 +425,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         start = metrics_file.stat().st_size if metrics_file.is_file() else 0
         with run_output(cfg, metrics_file, start, show_all=bool(getattr(args, "verbose", False))):
             try:
-                run(cfg, driver.DriverSession(cfg, metrics_start=start, remote=bool(remote_run_dir)))
+                run(cfg, driver.DriverSession(cfg, metrics_start=start, remote=bool(remote_run_dir)), validated=True)
             except Exception as exc:  # noqa: BLE001 - re-raised, unwrapped where Ray wrapped an rlhooks error
                 cause = raised_in_ray(exc)
                 if cause is not exc and isinstance(cause, RLHooksError):
