@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import types
 from typing import Any
 
@@ -127,12 +126,6 @@ def _platform_class():
     return PlatformCPU
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _engine_class():
     """verl's FSDP language-model engine, building forward-only (reference) models without pinned memory.
 
@@ -194,9 +187,15 @@ def init_single_process_group() -> None:
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_WORLD_SIZE", "1"),
                        ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(key, value)
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
     if not dist.is_initialized():
-        dist.init_process_group("gloo", rank=0, world_size=1)
+        if os.environ.get("MASTER_PORT"):
+            dist.init_process_group("gloo", rank=0, world_size=1)
+        else:
+            # the store binds port 0 itself: a port picked free first and bound later can be taken in between
+            # by another process (a test's c10d EADDRINUSE under pytest-xdist)
+            store = dist.TCPStore("127.0.0.1", 0, world_size=1, is_master=True)
+            os.environ["MASTER_PORT"] = str(store.port)
+            dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     elif dist.get_world_size() != 1:
         raise RuntimeError("the CPU learner runs in one process; a process group of "
                            f"{dist.get_world_size()} ranks is already initialized")
