@@ -141,15 +141,20 @@ def test_rlhooks_and_verls_own_v1_buffer_drop_the_same_groups(tmp_path, transfer
     transfer_queue.kv_clear(keys=list(transfer_queue.kv_list("train").get("train", {})), partition_id="train")
 
 
-def test_with_filters_the_sync_buffer_judges_whole_waves_in_draw_order(tmp_path, transfer_queue):
+@pytest.mark.parametrize("filters", [True, False], ids=["filters", "no-filter"])
+def test_the_sync_buffer_judges_whole_waves_in_draw_order(tmp_path, transfer_queue, filters):
     """Exact resume (docs/how-to/verl.md): groups finished while another of the step still generates stay
     "running" for verl's loop, then the whole wave is judged in one on_rewards_computed call, its groups in
-    the order their prompts were drawn (the uids count them); verl's selection takes the first drawn."""
+    the order their prompts were drawn (the uids count them); verl's selection takes the first drawn. Without
+    rlhooks filters too: a generation batch is one on_rewards_computed call whatever the polls found (a
+    curriculum counting feedback batches advanced with poll timing before)."""
     from rlhooks.engines.verl.v1.trainer import prompt_uid
 
     recorder = Recorder()
-    trainer = _trainer(tmp_path, "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc",
-                       plugins=[("recorder", recorder)])
+    # without filters verl fetches whole gen batches: gen_batch_size 1 lets the test draw five prompts
+    overrides = (["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"] if filters
+                 else ["data.gen_batch_size=1"])
+    trainer = _trainer(tmp_path, *overrides, plugins=[("recorder", recorder)])
     uids = _put_groups(transfer_queue, trainer, [[1.0, 0.0], [1.0, 1.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
     assert uids == [prompt_uid(i) for i in range(5)]  # the run's first five prompts
     transfer_queue.kv_batch_put(keys=[uids[2]], partition_id="train",  # one group still generating
@@ -162,12 +167,12 @@ def test_with_filters_the_sync_buffer_judges_whole_waves_in_draw_order(tmp_path,
                                 tags=[{"is_prompt": True, "status": "finished", "global_steps": 1}])
     buffer._sync_metadata_from_transfer_queue()
     assert buffer.finished_keys["train"] == set(uids) and not buffer.running_keys["train"]
-    assert buffer._dapo_filtered_keys("train")[0] == {uids[1]}  # all-correct: no signal
+    assert buffer._dapo_filtered_keys("train")[0] == ({uids[1]} if filters else set())  # all-correct: no signal
     (event,) = recorder.of("on_rewards_computed")  # the wave, once
     assert event[3] == 5 * N
-    sampleable = set(uids) - {uids[1]}
+    sampleable = set(uids) - ({uids[1]} if filters else set())
     selected, _, _ = buffer._select_prompt_uids("train", sampleable, 3)
-    assert selected == [uids[0], uids[2], uids[3]]  # the first drawn, whatever a set's order
+    assert selected == ([uids[0], uids[2], uids[3]] if filters else uids[:3])  # the first drawn, whatever a set's order
     transfer_queue.kv_clear(keys=list(transfer_queue.kv_list("train").get("train", {})), partition_id="train")
 
 

@@ -20,8 +20,9 @@ freed so far, and draining starts the moment enough groups are kept; the surplus
 a set of random ``uuid4`` uids lists last. So how many prompts a step draws from the dataloader (hence
 every later step's prompts), which extra groups are generated while draining, which groups on_rewards_computed
 sees together and which kept groups train all depend on when groups finish relative to the 2 s polls: a
-straight run does not reproduce itself, and a resumed one cannot reproduce it. Here, with rlhooks filters
-in verl's sync mode, finished groups are shown to verl's loop in *waves*: a group that finishes while
+straight run does not reproduce itself, and a resumed one cannot reproduce it. Here, in verl's sync mode
+(with rlhooks filters or without: without, a poll's finished groups would still make one on_rewards_computed
+call, so a step's feedback batches followed poll timing), finished groups are shown to verl's loop in *waves*: a group that finishes while
 others of the step are still generating is reported as running until none is (:meth:`_sync_metadata_from_transfer_queue`),
 so verl's eviction, 2k refill, draining and surplus rules act on whole waves, whose outcome generation
 (seeded per request) decides, never timing. Groups are ordered by uid (the trainer's uids count the
@@ -146,9 +147,11 @@ class RLHooksReplayBuffer(ReplayBuffer):
 
     @property
     def judges_in_waves(self) -> bool:
-        """verl's sync sampling with rlhooks filters: the eviction-and-refill loop whose decisions depend on
-        when groups finish (module docstring)."""
-        return self.trainer is not None and self.filter_groups_metric == RLHOOKS_FILTERS and self.trainer_mode == "sync"
+        """verl's sync sampling under the rlhooks trainer, with or without rlhooks filters: with filters, the
+        eviction-and-refill loop's decisions depend on when groups finish; without, which groups one
+        on_rewards_computed call sees would (one call per poll that finds any finished, so a curriculum counted
+        in feedback batches would advance with poll timing). Module docstring."""
+        return self.trainer is not None and self.trainer_mode == "sync"
 
     def _sync_metadata_from_transfer_queue(self):
         """verl's snapshot of TransferQueue; in waves, groups that finished while others are still in flight
