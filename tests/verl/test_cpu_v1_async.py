@@ -10,7 +10,8 @@ and with 1 (reward_curriculum, levelling up on the rewards of the groups not evi
 before the last update is evicted), and separate_async (dump_ucb; the trainer and a standalone CPU rollout
 server in separate resource pools and actors, weights moved by the CPU gloo checkpoint engine). multi_source and
 time_curriculum are the samplers of the async resume pairs (tests/verl/test_v1_resume_async.py: colocate_async and
-separate_async) and run on V1 sync (tests/verl/test_v1_builtins.py). rlhooks's metrics are read
+separate_async); multi_source runs on V1 sync too (tests/verl/test_v1_builtins.py, which checks every built-in
+sampler is one of these runs'). rlhooks's metrics are read
 back from its jsonl backend and verl's from the same records (rlhooks merges them before verl logs).
 Slow: Ray and the runs cost minutes on 2 cores.
 """
@@ -47,9 +48,11 @@ RUNS: dict[str, dict] = {
                              {"name": "per_source_samples", "k": 1}],
                  "backends": ["console", "jsonl", "tensorboard", {"name": "wandb", "mode": "offline"}]},
     "separate": {"sampler": {"name": "dump_ucb", "window": 16}},
-    # a threshold every reward passes, checked every batch: it levels up on the rewards of unevicted groups
+    # a threshold every reward passes, checked every batch: it levels up on the rewards of unevicted groups (100
+    # levels: one a feedback batch never reaches the last in 3 steps)
     "evicting": {"sampler": {"name": "reward_curriculum", "complexity_source": "add_carry", "reward_threshold": -1.0,
-                             "min_batches_per_level": 0, "check_frequency": 1, "reward_alpha": 1.0}},
+                             "min_batches_per_level": 0, "check_frequency": 1, "reward_alpha": 1.0,
+                             "num_intervals": 100}},
 }
 
 
@@ -176,3 +179,5 @@ def test_colocate_async_evicts_stale_groups_before_the_rlhooks_filters(cpu_v1_ra
                      if k.startswith("source/") and k.endswith("/stale_evicted_groups"))
     assert per_source == evicted
     assert all("curriculum/level" in m and "curriculum/reward_ema" in m for m in steps.values())  # reward_curriculum
+    # every batch passes its threshold: it levels up on each feedback batch the buffer fed it
+    assert steps[STEPS]["curriculum/level"] > steps[1]["curriculum/level"] >= 1

@@ -6,10 +6,9 @@ agent loop), the dapo filter, two weighted reward functions, source_metrics, rew
 top/bottom-k sample tables, and the console, jsonl, tensorboard and wandb (offline) backends. Each one's
 metrics or files are read back from the run.
 
-One more 2-step run per remaining sampler (``SAMPLER_RUNS``: learnability, dump_ucb, the time and the
-reward curriculum), each fed by rewards from the rlhooks replay buffer, carrying the built-ins the first run
-leaves out (format_approx, check_numbers, the per-source and random sample tables). Shares the session's
-hermetic Ray (``cpu_v1_ray``); minutes on 2 cores, so slow-marked.
+The other samplers and built-ins (format_approx, check_numbers, the per-source and random sample tables) are
+in the async runs (test_cpu_v1_async.py) and the resume pairs; a check here that every built-in sampler is one of
+those runs' samplers. Shares the session's hermetic Ray (``cpu_v1_ray``); minutes on 2 cores, so slow-marked.
 """
 
 from __future__ import annotations
@@ -147,79 +146,22 @@ def test_the_builtins_run_together_on_v1(builtins_run):
     assert {"rewards/functions/check_answer", "filter/trained_groups"} <= keys, sorted(keys)
 
 
-# -- the other samplers, one short run each, with the built-ins the run above leaves out ----------------
+# -- every built-in sampler on V1 -------------------------------------------------------------------------
 
-SAMPLER_STEPS = 2
-#: run name -> (the sampler entry of its rlhooks config, the prefixes of the metrics that sampler logs every step)
-# learnability is the sampler of the async runs (tests/verl/test_cpu_v1_async.py), multi_source the built-ins run's
-SAMPLER_RUNS = {
-    "dump_ucb": ({"name": "dump_ucb", "window": 16}, ("sampler/ucb/", "sampler/mean_abs_advantage/")),
-    "time_curriculum": ({"name": "time_curriculum", "complexity_source": "add_carry",
-                         "initial_complexity_percentile": 30, "complexity_warmup_steps": 2},
-                        ("curriculum/percentile", "curriculum/num_items")),
-    # a threshold every reward passes, checked every batch: the curriculum levels up on the replay buffer's rewards
-    "reward_curriculum": ({"name": "reward_curriculum", "complexity_source": "add_carry", "reward_threshold": -1.0,
-                           "min_batches_per_level": 0, "check_frequency": 1, "reward_alpha": 1.0},
-                          ("curriculum/level", "curriculum/reward_ema")),
-}
+def test_every_builtin_sampler_runs_on_v1_in_one_of_the_real_runs():
+    """Each registered built-in sampler is the sampler of one of the V1 runs on the CPU learner, fed by the rlhooks
+    replay buffer (the same ``judge`` path in every mode): multi_source here and in the sync and colocate_async
+    resume pairs, learnability, dump_ucb and reward_curriculum in test_cpu_v1_async.py (reward_curriculum
+    levelling up), time_curriculum in the separate_async resume pair (its schedule counted in the buffer's
+    feedback batches, restored on resume). The short sync run each sampler had here is gone (CI time, issue 36):
+    a generation batch is one feedback call in sync mode too (test_v1_replay_buffer.py, waves)."""
+    from rlhooks.core.registry import Registry
 
+    from . import test_cpu_v1_async, test_v1_resume
 
-def _sampler_config(assets, out: Path, sampler: dict):
-    from rlhooks.engines.verl.cpu import runner
-    from rlhooks.engines.verl.main import build_config
-
-    policy_dir, data = assets
-    rl = {
-        "run": {"out_dir": str(out / "runs"), "name": sampler["name"]},
-        "sampler": sampler,
-        # reward_monitor: it logs rewards/functions/<name> (the reward functions alone log only their errors)
-        "rewards": ["format_approx", "check_numbers", "source_metrics", "reward_monitor"],
-        "samples": [{"name": "per_source_samples", "k": 1}, {"name": "random_samples", "k": 3}],
-        "backends": ["jsonl"],
-    }
-    path = out / "rlhooks.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(rl))
-    return build_config(str(path), [
-        *runner.verl_overrides(policy_dir, data, micro_batch=16),
-        "data.train_batch_size=4", "data.seed=3", "data.val_max_samples=4",
-        "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "algorithm.adv_estimator=grpo", "trainer.logger=[console,file]", "trainer.val_before_train=false",
-        "trainer.test_freq=-1", f"trainer.total_training_steps={SAMPLER_STEPS}", "trainer.total_epochs=100",
-        "trainer.save_freq=-1", f"trainer.default_local_dir={out / 'ckpt'}", f"trainer.experiment_name=v1-{sampler['name']}",
-    ])
-
-
-@pytest.fixture(scope="module", params=list(SAMPLER_RUNS))
-def sampler_run(request, cpu_v1_ray, tmp_path_factory):
-    from rlhooks.engines.verl.cpu import runner
-
-    out = tmp_path_factory.mktemp(f"v1{request.param}")
-    assets = runner.prepare(out / "tiny")
-    cfg = _sampler_config(assets, out, SAMPLER_RUNS[request.param][0])
-    logged = _run(cfg, out / "verl.jsonl")
-    return request.param, cfg, logged, out / "runs" / request.param
-
-
-def test_each_sampler_runs_on_v1_fed_by_the_replay_buffer(sampler_run):
-    name, cfg, logged, run_dir = sampler_run
-    kwargs = cfg.reward.custom_reward_function.reward_kwargs
-    assert list(kwargs.functions) == ["format_approx", "check_numbers"]
-    assert sorted(logged) == list(range(1, SAMPLER_STEPS + 1))
-    for step, m in logged.items():
-        assert m["actor/grad_norm"] > 0 and m["train/num_gen_batches"] == 1  # no filter: one dispatch
-        assert {"rewards/functions/format_approx", "rewards/functions/check_numbers"} <= set(m)
-        assert m["rewards/errors/format_approx"] == 0 and m["rewards/errors/check_numbers"] == 0
-        for prefix in SAMPLER_RUNS[name][1]:  # the sampler's own metrics, from the rewards it was fed
-            assert any(k.startswith(prefix) for k in m), (prefix, sorted(k for k in m if k.split("/")[0] in ("sampler", "curriculum")))
-    last, first = logged[SAMPLER_STEPS], logged[1]
-    if name == "time_curriculum":  # the easiest 30% of add_carry at first, all of it after the warm-up
-        assert first["curriculum/percentile"] < last["curriculum/percentile"] == 100
-    if name == "reward_curriculum":  # every batch passes the threshold: one level up per scored batch
-        assert last["curriculum/level"] > first["curriculum/level"] >= 1
-    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    tables = {(r["name"], r["step"]): r["rows"] for r in records if r["kind"] == "table"}
-    for step in range(1, SAMPLER_STEPS + 1):
-        assert len(tables[("samples/random", step)]) == 3
-        per_source = tables[("samples/per_source", step)]
-        assert per_source and all("response" in r and "reward" in r for r in per_source)
+    reg = Registry()
+    run = [{"name": "multi_source"}, test_v1_resume.MULTI_SOURCE, test_v1_resume.TIME_CURRICULUM,
+           *(r["sampler"] for r in test_cpu_v1_async.RUNS.values())]
+    builtin = {e.value for e in reg.entries("sampler") if e.dist == "rlhooks"}
+    assert len(builtin) >= 6 and {reg.info("sampler", r["name"]).value for r in run} == builtin, \
+        "add the new sampler to one of the V1 runs"
