@@ -13,15 +13,16 @@ BASELINE_LOGGING = structlog.get_config()
 #: the longest test files, collected first: `make test-slow` runs on pytest-xdist workers with ``--dist loadfile``
 #: (a file's module-scoped V1 runs stay on one worker), which hands files out in collection order, so the long
 #: ones start first and the short ones fill the other worker's gaps instead of trailing at the end
-LONGEST_FIRST = (
-    "tests/reliability/test_soak.py",  # the 20,000-step soak: ~6 min
-    "tests/verl/test_v1_resume_async.py",  # four V1 runs
-    "tests/verl/test_v1_builtins.py",  # four V1 runs
-    "tests/verl/test_cpu_v1_async.py",  # three V1 runs
-    "tests/verl/test_cpu_v1_learner.py",  # three V1 runs
-    "tests/verl/test_v1_signals.py",  # five `rlhooks train` processes
-    "tests/verl/test_v1_resume.py",  # two V1 runs
-    "tests/verl/test_checkpoints.py",  # three `rlhooks train` processes
+LONGEST_FIRST = (  # worker time in the slow suite on an idle 2-core machine, 2026-11-27 (docs/DEVELOPMENT.md)
+    "tests/verl/test_v1_signals.py",  # four `rlhooks train` processes: ~630 s
+    "tests/verl/test_v1_resume_async.py",  # four V1 runs: ~410 s
+    "tests/verl/test_cpu_v1_async.py",  # three V1 runs: ~330 s
+    "tests/reliability/test_soak.py",  # the 20,000-step soak: ~320 s
+    "tests/verl/test_cpu_v1_learner.py",  # three V1 runs: ~275 s
+    "tests/verl/test_checkpoints.py",  # four `rlhooks train` processes, one Ray start: ~230 s
+    "tests/verl/test_v1_resume.py",  # two V1 runs: ~175 s
+    "tests/verl/test_cpu_learner.py",  # the documented commands: ~120 s
+    "tests/verl/test_v1_builtins.py",  # one V1 run: ~120 s
 )
 
 

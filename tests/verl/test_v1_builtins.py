@@ -163,5 +163,5 @@ def test_every_builtin_sampler_runs_on_v1_in_one_of_the_real_runs():
     run = [{"name": "multi_source"}, test_v1_resume.MULTI_SOURCE, test_v1_resume.TIME_CURRICULUM,
            *(r["sampler"] for r in test_cpu_v1_async.RUNS.values())]
     builtin = {e.value for e in reg.entries("sampler") if e.dist == "rlhooks"}
-    assert len(builtin) >= 6 and {reg.info("sampler", r["name"]).value for r in run} == builtin, \
+    assert len(builtin) >= 5 and {reg.info("sampler", r["name"]).value for r in run} == builtin, \
         "add the new sampler to one of the V1 runs"

@@ -462,13 +462,35 @@ def run_output(cfg: Any, metrics_file: Path, start: int, *, show_all: bool = Fal
         log.warning(f"cannot write {run_dir / summary.CONFIG_FILE}: {exc.strerror or exc}")
     started = time.monotonic()
     failed = True
+    ray_was_running = ray_connected()
     try:
         with verl_output(run_dir / summary.VERL_LOG, show_all=show_all):
-            yield
+            try:
+                yield
+            finally:
+                if not ray_was_running:
+                    stop_ray()
         failed = False
     finally:
         summary.finish(cfg, metrics_file, start=start, seconds=time.monotonic() - started,
                        trainer=trainer_in_use(cfg), failed=failed)
+
+
+def ray_connected() -> bool:
+    """Whether this process is connected to Ray (a caller's session, e.g. a test's shared Ray)."""
+    ray = sys.modules.get("ray")
+    return bool(ray is not None and ray.is_initialized())
+
+
+def stop_ray() -> None:
+    """Ray as the run connected this process to it (verl's run_ppo), stopped while verl's output still goes to
+    verl.log: stopped later, at exit, the run's Ray processes log their own ends (an actor whose owner died, a
+    reward call cut off: hundreds of traceback lines after an interrupted run) and Ray forwards them to the
+    terminal."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        with contextlib.suppress(Exception):
+            ray.shutdown()
 
 
 def joined_ray_cluster(cfg: Any) -> str | None:
