@@ -39,6 +39,24 @@ def test_the_reasons_for_the_cpu_platform_still_hold():
     assert EngineRegistry is not None
 
 
+def test_the_one_rank_group_starts_while_the_inherited_master_port_is_taken():
+    """A process that inherits MASTER_PORT from its parent (a test's pytest subprocess; the parent's group still
+    holds that port) starts its own one-rank gloo group: the store binds a port of its own (it was a c10d
+    EADDRINUSE in the slow suite)."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        code = ("from rlhooks.engines.verl.cpu import platform; import torch.distributed as dist; "
+                "platform.init_single_process_group(); print(dist.get_world_size())")
+        env = {**__import__("os").environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(taken.getsockname()[1])}
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "1", done.stderr[-2000:]
+
+
 def test_the_tokenizer_round_trips_the_answer_format(assets):
     from transformers import AutoTokenizer
 
@@ -75,7 +93,7 @@ def _example_quick_try() -> list[str]:
     return shlex.split(command)
 
 
-def test_the_example_config_is_a_valid_cpu_run(capsys, monkeypatch):
+def test_the_example_config_is_a_valid_cpu_run(capsys, monkeypatch, tmp_path):
     """examples/configs/verl_cpu_tiny.yaml's quick try (2 steps, validation on 32 prompts: data.val_max_samples)
     passes `rlhooks train ... --dry-run` (verl's validate_config and rlhooks's start checks), and trainer.device
     stays cpu (verl's auto_set_device would make it cuda without the cpu platform)."""
@@ -85,7 +103,12 @@ def test_the_example_config_is_a_valid_cpu_run(capsys, monkeypatch):
     assert command[:4] == ["rlhooks", "train", "--config", "examples/configs/verl_cpu_tiny.yaml"], command
     assert "data.val_max_samples=32" in command
     root = Path(__file__).resolve().parents[2]
-    monkeypatch.chdir(root)
+    # the docs' order: `prepare runs/tiny` first (the dry run checks the CPU learner's files, as the start does)
+    (tmp_path / "examples" / "configs").mkdir(parents=True)
+    (tmp_path / "examples" / "configs" / "verl_cpu_tiny.yaml").write_bytes(
+        (root / "examples" / "configs" / "verl_cpu_tiny.yaml").read_bytes())
+    runner.prepare(tmp_path / "runs" / "tiny")
+    monkeypatch.chdir(tmp_path)
     with platform.installed():
         assert rlhooks_main([*command[1:], "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -99,12 +122,13 @@ def test_a_missing_policy_is_a_config_error_that_says_how_to_make_it(tmp_path, c
 
     config = Path(__file__).resolve().parents[2] / "examples" / "configs" / "verl_cpu_tiny.yaml"
     monkeypatch.chdir(tmp_path)  # no runs/tiny here
-    with platform.installed():
-        assert rlhooks_main(["train", "--config", str(config)]) == 1
-    err = capsys.readouterr().err
-    assert "verl.actor_rollout_ref.model.path: no model at runs/tiny/policy" in err
-    assert "verl.data.train_files: no file runs/tiny/train.parquet" in err
-    assert "python -m rlhooks.engines.verl.cpu prepare runs/tiny" in err and "Traceback" not in err
+    for dry_run in ([], ["--dry-run"]):  # the dry run refuses it as the start does (issue 38 item 9), before Ray
+        with platform.installed():
+            assert rlhooks_main(["train", "--config", str(config), *dry_run]) == 1
+        err = capsys.readouterr().err
+        assert "verl.actor_rollout_ref.model.path: no model at runs/tiny/policy" in err, dry_run
+        assert "verl.data.train_files: no file runs/tiny/train.parquet" in err
+        assert "python -m rlhooks.engines.verl.cpu prepare runs/tiny" in err and "Traceback" not in err
 
 
 @pytest.mark.slow  # the documented commands, each its own process (~1-2 min)

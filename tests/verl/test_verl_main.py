@@ -641,6 +641,7 @@ def test_separate_async_on_the_cpu_learner_sets_what_it_needs_where_unset(tmp_pa
     from rlhooks.engines.verl.cpu import ray_learner, runner
 
     monkeypatch.chdir(tmp_path)
+    runner.prepare(tmp_path)  # the local policy and prompts the start checks look for
     base = [*runner.verl_overrides("policy", "train.parquet"), "data.train_batch_size=8",
             "actor_rollout_ref.rollout.n=8", "trainer.v1.trainer_mode=separate_async"]
     cfg = build_config(None, base)

@@ -268,6 +268,10 @@ def start_issues(cfg: Any) -> list[ConfigIssue]:
 
             issues += ray_learner.v1_config_issues(cfg)
     issues += batch_split_issues(cfg)
+    if on_cpu:  # the CPU learner's local policy and prompts (the real start checks them again, in runner.run)
+        from rlhooks.engines.verl.cpu import runner
+
+        issues += runner.local_file_issues(cfg)
     run = rlhooks_config(cfg).run
     problem = checkpoints.start_problem(cfg, Path(run.out_dir) / run.name)
     if problem:

@@ -188,14 +188,12 @@ def init_single_process_group() -> None:
                        ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(key, value)
     if not dist.is_initialized():
-        if os.environ.get("MASTER_PORT"):
-            dist.init_process_group("gloo", rank=0, world_size=1)
-        else:
-            # the store binds port 0 itself: a port picked free first and bound later can be taken in between
-            # by another process (a test's c10d EADDRINUSE under pytest-xdist)
-            store = dist.TCPStore("127.0.0.1", 0, world_size=1, is_master=True)
-            os.environ["MASTER_PORT"] = str(store.port)
-            dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+        # one rank: nobody else connects, so the store binds port 0 itself. A MASTER_PORT picked free and bound
+        # later can be taken in between, and one inherited from a parent process is still that parent's
+        # (both were a c10d EADDRINUSE under pytest-xdist)
+        store = dist.TCPStore("127.0.0.1", 0, world_size=1, is_master=True)
+        os.environ.setdefault("MASTER_PORT", str(store.port))
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     elif dist.get_world_size() != 1:
         raise RuntimeError("the CPU learner runs in one process; a process group of "
                            f"{dist.get_world_size()} ranks is already initialized")

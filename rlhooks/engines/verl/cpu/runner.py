@@ -93,10 +93,11 @@ def use_portable_attention(cfg: Any) -> None:
         cfg.actor_rollout_ref.model.override_config.setdefault("attn_implementation", "sdpa")
 
 
-def check_local_files(cfg: Any) -> None:
-    """The CPU learner reads a local policy and local prompts (nothing is downloaded): a missing one is a
-    ConfigError saying how to make them, not a traceback from transformers or the dataset loader."""
-    from rlhooks.core.errors import ConfigError, ConfigIssue
+def local_file_issues(cfg: Any) -> list:
+    """The CPU learner reads a local policy and local prompts (nothing is downloaded): what is missing or
+    unreadable, as config issues saying how to make them, not a traceback from transformers or the dataset
+    loader (``checks.start_issues``: the dry run and the real start both find them before Ray)."""
+    from rlhooks.core.errors import ConfigIssue
 
     issues = []
     policy_dir = Path(str(cfg.actor_rollout_ref.model.path)).expanduser()
@@ -111,8 +112,17 @@ def check_local_files(cfg: Any) -> None:
     if issues:
         hint = ("the CPU learner (trainer.device=cpu) trains a local policy: make the tiny one and its prompts "
                 "with `python -m rlhooks.engines.verl.cpu prepare runs/tiny`, or point these keys at your own")
-        raise ConfigError([*issues, ConfigIssue("verl.trainer.device", hint)], "(the verl config)",
-                          kind="verl config")
+        issues.append(ConfigIssue("verl.trainer.device", hint))
+    return issues
+
+
+def check_local_files(cfg: Any) -> None:
+    """:func:`local_file_issues` as one ConfigError."""
+    from rlhooks.core.errors import ConfigError
+
+    issues = local_file_issues(cfg)
+    if issues:
+        raise ConfigError(issues, "(the verl config)", kind="verl config")
 
 
 def run(cfg: Any, task_runner_class: Any = None) -> None:
