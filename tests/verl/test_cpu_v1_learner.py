@@ -1,9 +1,9 @@
 """The CPU learner on verl's V1 trainer (verl's default), every part of it verl's own code.
 
 One Ray start for the session (conftest ``cpu_v1_ray``, hermetic: its own token and temporary directory)
-carries two runs of verl's ``run_ppo`` with ``TaskRunnerV1``: 3 steps straight (GRPO, a reference policy
-for the KL loss, a checkpoint at step 2, validation at step 3), then a run resumed from a copy of the
-step-2 checkpoint. Metrics are read back from verl's own file logger. The cheap checks (which trainer
+carries a run of verl's ``run_ppo`` with its own ``TaskRunnerV1``: 3 steps (GRPO, a reference policy for the
+KL loss, checkpoints at steps 2 and 3, validation at step 3); the exact resume of the same config is
+test_v1_resume.py's sync pair. Metrics are read back from verl's own file logger. The cheap checks (which trainer
 the config selects, the config errors) run in the default suite; the runs cost minutes on 2 cores
 (``slow``; see the report in docs/how-to/cpu-learner.md for the measured figure).
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -130,19 +129,18 @@ def _run(cfg, log: Path) -> dict[int, dict]:
 
 
 @pytest.fixture(scope="module")
-def v1_runs(cpu_v1_ray, tmp_path_factory):
+def v1_run(cpu_v1_ray, tmp_path_factory):
     out = tmp_path_factory.mktemp("v1")
     assets = runner.prepare(out / "tiny")
-    full = _run(v1_config(assets, out / "full"), out / "full.jsonl")
-    shutil.copytree(out / "full" / "ckpt" / "global_step_2", out / "resumed" / "ckpt" / "global_step_2")
-    (out / "resumed" / "ckpt" / "latest_checkpointed_iteration.txt").write_text("2")
-    resumed = _run(v1_config(assets, out / "resumed"), out / "resumed.jsonl")
-    return full, resumed, out
+    return _run(v1_config(assets, out / "full"), out / "full.jsonl"), out
 
 
 @pytest.mark.slow
-def test_v1_sync_trains_validates_checkpoints_and_resumes_exactly(v1_runs):
-    full, resumed, out = v1_runs
+def test_v1_sync_on_verls_own_task_runner_trains_validates_and_checkpoints(v1_run):
+    """verl's TaskRunnerV1 unchanged on the CPU learner. Its exact resume is checked on the same config with the
+    rlhooks TaskRunner (test_v1_resume.py's sync pair: verl's update and validation at the resumed step, and
+    everything rlhooks adds); a resumed plain run was here until CI time needed its minutes."""
+    full, out = v1_run
     assert sorted(full) == [1, 2, 3]
     for step in (1, 2, 3):  # verl's actor update ran on real log-probs of a real policy
         m = full[step]
@@ -155,11 +153,6 @@ def test_v1_sync_trains_validates_checkpoints_and_resumes_exactly(v1_runs):
     assert accuracy and all(0.0 <= v <= 3.0 for v in accuracy.values())  # validation scored at step 3
     assert (out / "full" / "ckpt" / "global_step_2" / "actor").is_dir()
     assert (out / "full" / "ckpt" / "global_step_3").is_dir()
-    # the resumed run starts after step 2 and repeats step 3: same generations (per-request seeds),
-    # same data order (the dataloader's state), same update
-    assert sorted(resumed) == [3]
-    for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/kl_loss", *accuracy):
-        assert resumed[3][key] == pytest.approx(full[3][key], rel=1e-4, abs=1e-6), key
 
 
 def test_the_example_config_is_a_v1_cpu_run():

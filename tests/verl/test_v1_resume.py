@@ -194,6 +194,25 @@ def test_the_straight_run_filters_and_trains_in_waves(sync_runs):
     assert evicted > 0  # the filter dropped groups, so verl refilled: what made resumed steps differ before
 
 
+def test_verls_update_trains_validates_and_the_resumed_step_updates_alike(sync_runs):
+    """verl's own parts of the pair (``v1_config``: GRPO with a KL loss to a reference policy, validation at the
+    last step, checkpoints at 2 and 3): its actor update ran on real log-probs of a real policy, validation
+    scored, and the resumed step 3 updated as the straight one did (the plain V1 pair of test_cpu_v1_learner.py
+    checked this before it was folded in here: the same config, CI time)."""
+    straight, resumed = sync_runs
+    for step in (1, 2, 3):
+        m = straight.metrics[step]
+        assert np.isfinite(m["actor/pg_loss"]) and m["actor/grad_norm"] > 0
+        assert "actor/kl_loss" in m and m["actor/entropy"] > 0 and m["response_length/mean"] > 0
+    assert straight.metrics[1]["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)  # step 1: actor == reference
+    assert straight.metrics[3]["actor/kl_loss"] > 0  # the actor moved away from the reference
+    accuracy = {k: v for k, v in straight.metrics[3].items() if k.startswith("val-core/") and "/mean@" in k}
+    assert accuracy and all(0.0 <= v <= 3.0 for v in accuracy.values()), sorted(straight.metrics[3])
+    assert (straight.out / "ckpt" / "global_step_2" / "actor").is_dir() and (straight.out / "ckpt" / "global_step_3").is_dir()
+    for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/kl_loss", *accuracy):
+        assert resumed.metrics[3][key] == pytest.approx(straight.metrics[3][key], rel=1e-4, abs=1e-6), key
+
+
 def test_a_resumed_run_generates_and_trains_what_the_straight_run_did(sync_runs):
     straight, resumed = sync_runs
     assert sorted(resumed.metrics) == [3]

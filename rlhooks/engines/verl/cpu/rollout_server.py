@@ -35,7 +35,7 @@ from ray.actor import ActorHandle
 from torch.distributed.device_mesh import DeviceMesh
 from verl.workers.config import HFModelConfig, RolloutConfig
 from verl.workers.rollout.base import BaseRollout
-from verl.workers.rollout.replica import RolloutMode, RolloutReplica, RolloutReplicaRegistry, TokenOutput
+from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
 
 #: ``actor_rollout_ref.rollout.name`` of the CPU rollout
 ROLLOUT_NAME = "cpu"

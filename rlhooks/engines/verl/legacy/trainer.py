@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 
-import os
 import uuid
 from collections.abc import Iterable, Iterator
 from pprint import pprint
