@@ -89,12 +89,15 @@ def markdown(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--out", default="runs/bench-cpu-step")
+    ap.add_argument("--out", default=None, help="where the two runs go (a new folder; default: "
+                    "runs/bench-cpu-step/<date-time>, so a rerun never meets the last one's run directories, which the "
+                    "trainers refuse to splice into)")
     ap.add_argument("--no-write", action="store_true", help="print the table only")
     args = ap.parse_args(argv)
     if args.steps < 3:
         ap.error("--steps must be at least 3 (the figure is the median of steps 2 onwards)")
-    result = measure(args.steps, Path(args.out))
+    out = Path(args.out) if args.out else Path("runs/bench-cpu-step") / time.strftime("%Y%m%d-%H%M%S")
+    result = measure(args.steps, out)
     text = markdown(result)
     print(text)
     if not args.no_write:
