@@ -280,7 +280,7 @@ class CPURolloutServer:
         return {"aborted_count": 0, "request_ids": []}  # nothing in flight (see wait_for_requests_to_drain)
 
     async def resume_generation(self):
-        pass
+        pass  # abort_all_requests drains instead of pausing: nothing to resume
 
     async def abort_request(self, request_id: str, reset_prefix_cache: bool = True) -> dict[str, Any]:
         return {"aborted": False, "request_id": request_id, "error": "Request not found on any server"}
