@@ -101,6 +101,18 @@ def _signal_run(tmp_path: Path, train: list[str], env: dict, sig: signal.Signals
     return code, err.read_text(), at
 
 
+def _is_rollout_server(p) -> bool:
+    """Ray titles an actor's process ``ray::CPURolloutServer`` while idle and ``ray::CPURolloutServer.<method>``
+    while it runs a call (CI caught the generating one mid-call)."""
+    import psutil
+
+    try:
+        cmd = p.cmdline()
+        return bool(cmd) and cmd[0].split(".")[0] == "ray::CPURolloutServer"
+    except psutil.Error:  # it ended between the listing and the read
+        return False
+
+
 def _kill_server_run(tmp_path: Path, train: list[str], env: dict, after_step: int) -> tuple[int, str, int]:
     """Start ``rlhooks train`` (separate_async); once the tracker names a step past ``after_step``, kill -9 the
     run's two ``CPURolloutServer`` processes (the standalone one generates; which is which is not told by their
@@ -113,9 +125,13 @@ def _kill_server_run(tmp_path: Path, train: list[str], env: dict, after_step: in
         proc = subprocess.Popen([sys.executable, "-m", *train], cwd=tmp_path, stdout=fo, stderr=fe, env=env)
         try:
             _wait_for("checkpoint", lambda: (_tracked(ckpt) or 0) > after_step, proc, err)
-            servers = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                       if p.cmdline()[:1] == ["ray::CPURolloutServer"]]
-            assert len(servers) == 2, servers
+            servers: list = []
+
+            def both_servers() -> bool:
+                servers[:] = [p for p in psutil.Process(proc.pid).children(recursive=True) if _is_rollout_server(p)]
+                return len(servers) == 2
+
+            _wait_for("both rollout servers", both_servers, proc, err, timeout=30)
             at = _tracked(ckpt)
             for server in servers:
                 server.kill()
