@@ -192,7 +192,7 @@ def test_reward_options_reach_it_through_verls_compute_score(installed: md.Distr
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
     from rlhooks import ConfigError
-    from rlhooks.plugins.rewards import verl_adapter
+    from rlhooks.engines.verl import reward_function as verl_adapter
 
     def loaded(options: dict) -> Any:
         kwargs = {"functions": ["length_penalty", "format_exact"], "options": options}

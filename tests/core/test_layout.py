@@ -85,6 +85,19 @@ def test_no_import_cycles_of_any_length():
     assert "rlhooks.engines.verl.cli" not in graph["rlhooks.engines.verl.main"]
 
 
+def test_the_verl_engine_imports_no_private_name_of_another_module():
+    """Issue 39: the V1 modules reached into the shared adapter's and the reward adapter's private helpers
+    (``_decoder``, ``_names``, ...); what one module of the verl engine uses of another is that module's public
+    name, so a change to a private helper is local to its module."""
+    found = []
+    for path in sorted((PACKAGE / "engines" / "verl").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("rlhooks")):
+                found += [f"{path.relative_to(PACKAGE)}:{node.lineno} {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert found == []
+
+
 def test_the_cycle_finder_finds_long_cycles():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e2"}, "e2": set()}
     assert _cycles(graph) == [["a", "b", "c"]]

@@ -249,7 +249,7 @@ def test_plugins_list_shows_a_callable_reward_class_as_a_reward(third_party, cap
 
 
 def test_the_verl_adapter_builds_a_callable_reward_class_with_its_options(third_party):
-    from rlhooks.plugins.rewards.verl_adapter import compute_score
+    from rlhooks.engines.verl.reward_function import compute_score
 
     out = compute_score("src", "abcd", "x", functions=["length_reward"], options={"length_reward": {"scale": 0.5}})
     assert out["length_reward"] == 2.0 and out["score"] == 2.0 and out["reward_errors"] == 0.0

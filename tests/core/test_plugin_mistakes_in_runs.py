@@ -20,7 +20,7 @@ from rlhooks import PluginError
 from rlhooks.cli import main
 from rlhooks.engines.sim.resume_check import check_resume
 from rlhooks.engines.sim.runs import simulate_run
-from rlhooks.plugins.rewards.verl_adapter import compute_score
+from rlhooks.engines.verl.reward_function import compute_score
 
 from ..reliability.conftest import read_jsonl
 from ..installed_sites import pip_install, shared_site, write_dist

@@ -26,8 +26,9 @@ HEAVY = ("torch", "wandb", "tensorboard", "matplotlib", "ray", "verl", "pyarrow"
 PLUGINS_DIR = Path(rlhooks.__file__).parent / "plugins"
 #: modules that host other components rather than being one: they may also use rlhooks.host
 HOSTING_MODULES = {
-    # verl's custom reward function: resolves installed reward functions by name through the Registry
-    "rewards/verl_adapter.py": "rlhooks.host",
+    # verl's custom reward function's old path (deprecated): the moved module, which resolves installed reward
+    # functions by name through the Registry
+    "rewards/verl_adapter.py": "rlhooks.engines.verl.reward_function",
 }
 
 

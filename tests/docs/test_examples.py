@@ -158,7 +158,7 @@ def test_yaml_example_with_the_example_plugin_passes_config_check(block: Block, 
 
 @pytest.mark.parametrize("block", [b for b in YAML_BLOCKS if b.action == "verl-reward-kwargs"], ids=_id)
 def test_verl_reward_kwargs_example_scores(block: Block, example_plugin) -> None:
-    from rlhooks.plugins.rewards.verl_adapter import compute_score
+    from rlhooks.engines.verl.reward_function import compute_score
 
     data = yaml.safe_load(block.code)
     kwargs = data.get("reward_kwargs") or data["reward"]["custom_reward_function"]["reward_kwargs"]

@@ -223,6 +223,18 @@ def test_a_full_disk_during_a_save_is_one_line_naming_the_folder_and_what_resume
             driver.save_failure(_cfg(tmp_path), 3), open("/dev/full", "wb") as fh:
         fh.write(b"x" * 100_000)
         fh.flush()
+    # a Ray worker's failed save (the real V1 run's, tests/verl/test_v1_full_disk.py): its own line, typed once
+    from ray.exceptions import RayTaskError
+
+    try:
+        torch.save({"w": torch.zeros(100_000)}, "/dev/full")
+    except RuntimeError as exc:
+        remote = RayTaskError("save_checkpoint", traceback.format_exc(), exc).as_instanceof_cause()
+    with pytest.raises(driver.RunFailure) as raised, driver.save_failure(_cfg(tmp_path), 3):
+        raise remote
+    detail = str(raised.value).split(" (", 1)[1]
+    assert detail.startswith("RuntimeError: ") and "RayTaskError" not in detail, str(raised.value)
+    assert any(m in detail.split(")")[0] for m in ("unexpected pos", "iostream error")), str(raised.value)
     with pytest.raises(ValueError), driver.save_failure(_cfg(tmp_path), 3):  # anything else passes through
         raise ValueError("not a disk")
 
@@ -310,7 +322,7 @@ def test_a_batch_scorer_that_hangs_scores_its_rows_as_errors():
 
 def test_verls_reward_loop_thread_gets_the_bound_too(monkeypatch):
     """V1 scores in verl's reward-loop workers, in a thread pool (run_in_executor): compute_score's bound."""
-    from rlhooks.plugins.rewards import verl_adapter
+    from rlhooks.engines.verl import reward_function as verl_adapter
 
     monkeypatch.setitem(verl_adapter.BUILTIN_FUNCTIONS, "sleepy_test_fn", _sleepy(30))
     out: dict = {}

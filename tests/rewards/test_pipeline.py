@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import structlog
@@ -12,7 +14,7 @@ from rlhooks.host import RunManager, load_config
 from rlhooks.core.errors import UnknownComponentError
 from rlhooks.core.rewards import RewardEntry, RewardPipeline
 from rlhooks.plugins.rewards import functions as F
-from rlhooks.plugins.rewards.verl_adapter import compute_score
+from rlhooks.engines.verl.reward_function import compute_score
 
 RESPONSES = [
     "<reasoning>r</reasoning><answer>42</answer>",  # right, well formed
@@ -136,7 +138,7 @@ def test_adapter_module_does_not_import_verl():
     import ast
     import inspect
 
-    from rlhooks.plugins.rewards import verl_adapter
+    from rlhooks.engines.verl import reward_function as verl_adapter
 
     tree = ast.parse(inspect.getsource(verl_adapter))
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
@@ -144,25 +146,49 @@ def test_adapter_module_does_not_import_verl():
     assert "verl" not in imported
 
 
+def _adapter_paths() -> dict[str, tuple[str, bool]]:
+    """reward.custom_reward_function.path values naming the adapter -> (path, deprecated)."""
+    import rlhooks
+
+    root = Path(rlhooks.__file__).parent
+    return {"file": (str(root / "engines" / "verl" / "reward_function.py"), False),
+            "pkg": ("pkg://rlhooks.engines.verl.reward_function", False),
+            "old-file": (str(root / "plugins" / "rewards" / "verl_adapter.py"), True),
+            "old-pkg": ("pkg://rlhooks.plugins.rewards.verl_adapter", True)}
+
+
 @pytest.mark.verl
 @pytest.mark.slow  # importing verl takes several seconds
-def test_adapter_works_through_verls_loader(tmp_path):
-    """verl loads custom_reward_function by file path; do that with verl's own helper when installed."""
+@pytest.mark.parametrize("which", list(_adapter_paths()))
+def test_adapter_works_through_verls_loader(which, monkeypatch):
+    """verl loads custom_reward_function by file path or ``pkg://``; do that with verl's own helper. The path
+    before issue 39 moved the module still loads the same compute_score, with a DeprecationWarning."""
     pytest.importorskip("verl")
+    import sys
+    import warnings
+
     from omegaconf import OmegaConf
 
-    from rlhooks.plugins.rewards import verl_adapter
+    from rlhooks.engines.verl.v1 import adapter_functions
     try:
         from verl.trainer.ppo.reward import get_custom_reward_fn
     except ImportError:
         pytest.skip("verl.trainer.ppo.reward.get_custom_reward_fn not available in this verl")
+    path, deprecated = _adapter_paths()[which]
+    monkeypatch.delitem(sys.modules, "rlhooks.plugins.rewards.verl_adapter", raising=False)  # import it afresh
     cfg = OmegaConf.create({"reward": {"custom_reward_function": {
-        "path": verl_adapter.__file__, "name": "compute_score",
+        "path": path, "name": "compute_score",
         "reward_kwargs": {"functions": ["check_answer"], "weights": [2.0]}}}})
-    fn = get_custom_reward_fn(cfg)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        fn = get_custom_reward_fn(cfg)
+    moved = [w for w in seen if issubclass(w.category, DeprecationWarning) and "rlhooks.engines.verl.reward_function"
+             in str(w.message)]
+    assert len(moved) == int(deprecated), [str(w.message) for w in seen]
     assert fn is not None
     out = fn(data_source="gsm8k", solution_str=RESPONSES[0], ground_truth="42", extra_info={})
     assert out["score"] == 6.0 and out["check_answer"] == 3.0
+    assert adapter_functions(cfg) == ("check_answer",)  # rlhooks train knows it as its adapter either way
 
 
 class HalfBatchScorer(RewardFunction):

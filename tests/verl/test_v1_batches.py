@@ -119,10 +119,10 @@ def test_the_reward_falls_back_to_rm_scores_without_a_score_extra():
 def test_the_adapter_is_recognized_by_path_and_its_functions_read_from_reward_kwargs():
     from rlhooks.engines.verl.main import compose_verl_config
     from rlhooks.engines.verl.v1.trainer import adapter_functions
-    from rlhooks.plugins.rewards.verl_adapter import DEFAULT_FUNCTIONS
+    from rlhooks.engines.verl.reward_function import DEFAULT_FUNCTIONS
 
     assert adapter_functions(compose_verl_config([])) == ()
-    cfg = compose_verl_config(["reward.custom_reward_function.path=pkg://rlhooks.plugins.rewards.verl_adapter"])
+    cfg = compose_verl_config(["reward.custom_reward_function.path=pkg://rlhooks.engines.verl.reward_function"])
     assert adapter_functions(cfg) == DEFAULT_FUNCTIONS
     cfg = compose_verl_config(["reward.custom_reward_function.path=/x/rlhooks/plugins/rewards/verl_adapter.py",
                                "+reward.custom_reward_function.reward_kwargs.functions=[check_answer]"])

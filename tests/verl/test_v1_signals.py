@@ -7,8 +7,8 @@ exit 143 (130 for SIGINT), one line, the run recorded ``interrupted``, the track
 Each process runs the CPU example config with a plugin reward function (``slow_then_hang``, installed as a real
 distribution) under ``run.reward_timeout_s=10``: its first call in each reward worker outlives the bound (counted
 as its error, the warning naming it); after a checkpoint every call hangs, and the signal comes while one does.
-separate_async then resumes once more and loses its standalone rollout server (kill -9): one ``error:`` line
-naming it and the last complete checkpoint, the run ``failed`` (issue 37 item 8).
+Each mode then resumes once more and loses its rollout servers (kill -9): one ``error:`` line naming one and the
+last complete checkpoint, the run ``failed`` (issue 37 item 8).
 """
 
 from __future__ import annotations
@@ -113,10 +113,11 @@ def _is_rollout_server(p) -> bool:
         return False
 
 
-def _kill_server_run(tmp_path: Path, train: list[str], env: dict, after_step: int) -> tuple[int, str, int]:
-    """Start ``rlhooks train`` (separate_async); once the tracker names a step past ``after_step``, kill -9 the
-    run's two ``CPURolloutServer`` processes (the standalone one generates; which is which is not told by their
-    titles); returns the exit code, stderr and the tracked step at the kill."""
+def _kill_server_run(tmp_path: Path, train: list[str], env: dict, after_step: int,
+                     servers_expected: int) -> tuple[int, str, int]:
+    """Start ``rlhooks train``; once the tracker names a step past ``after_step``, kill -9 the run's
+    ``CPURolloutServer`` processes (``servers_expected`` of them: separate_async's standalone one generates, and
+    which is which is not told by their titles); returns the exit code, stderr and the tracked step at the kill."""
     import psutil
 
     ckpt = tmp_path / "runs" / "verl-cpu-tiny" / "checkpoints"
@@ -127,11 +128,11 @@ def _kill_server_run(tmp_path: Path, train: list[str], env: dict, after_step: in
             _wait_for("checkpoint", lambda: (_tracked(ckpt) or 0) > after_step, proc, err)
             servers: list = []
 
-            def both_servers() -> bool:
+            def all_servers() -> bool:
                 servers[:] = [p for p in psutil.Process(proc.pid).children(recursive=True) if _is_rollout_server(p)]
-                return len(servers) == 2
+                return len(servers) == servers_expected
 
-            _wait_for("both rollout servers", both_servers, proc, err, timeout=30)
+            _wait_for(f"{servers_expected} rollout server(s)", all_servers, proc, err, timeout=30)
             at = _tracked(ckpt)
             for server in servers:
                 server.kill()
@@ -148,11 +149,13 @@ MODE_OVERRIDES = {"sync": [], "colocate_async": ["trainer.v1.trainer_mode=rlhook
 #: forwarding is the same in every mode, what differs is verl's loop under it (one process a mode: CI time)
 MODES = {"sync": ((signal.SIGINT, 130),), "colocate_async": ((signal.SIGTERM, 143),),
          "separate_async": ((signal.SIGTERM, 143),)}
+#: the CPURolloutServer processes of a run: the hybrid one of the trainer's workers, and separate_async's standalone
+ROLLOUT_SERVERS = {"sync": 1, "colocate_async": 1, "separate_async": 2}
 REWARDS = "[format_exact,format_approx,check_answer,check_numbers,source_metrics,reward_monitor,slow_then_hang]"
 
 
-# slow: one `rlhooks train` process of the CPU example config per signal (sync: 2, colocate_async: 1) and
-# separate_async's 2 (a signal, a kill), 100-230 s each on 2 cores (measured in docs/DEVELOPMENT.md, "Issue 37, async coverage (second session)")
+# slow: two `rlhooks train` processes of the CPU example config per mode (a signal, a kill), 100-230 s each on
+# 2 cores (docs/DEVELOPMENT.md, "Issue 37, async coverage (second session)" and "Fourth session")
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", list(MODES))
 def test_a_signal_while_a_reward_hangs_ends_a_v1_run_interrupted_on_a_complete_checkpoint(tmp_path, mode):
@@ -195,14 +198,12 @@ def test_a_signal_while_a_reward_hangs_ends_a_v1_run_interrupted_on_a_complete_c
         warned = n_warned
     starts = [r for r in records if r["kind"] == "run_start"]
     assert len(starts) == len(ends) == len(MODES[mode])  # each later run resumed into the same file
-    if mode != "separate_async":
-        return
-    # then the same command resumes (its reward calls no longer hang) and loses its standalone rollout server:
-    # verl's agent loop fails each group and issues it again, which stalled the run before rlhooks pinged the
-    # servers on failed groups
+    # then the same command resumes (its reward calls no longer hang) and loses its rollout servers (issue 37
+    # item 8); in separate_async verl's agent loop fails each group and issues it again, which stalled the run
+    # before rlhooks pinged the servers on failed groups
     hang.unlink()
     (tmp_path / "hanging").unlink(missing_ok=True)
-    rc, err, at_kill = _kill_server_run(tmp_path, train, env, tracked)
+    rc, err, at_kill = _kill_server_run(tmp_path, train, env, tracked, ROLLOUT_SERVERS[mode])
     said = [line for line in err.splitlines() if line.startswith(("rlhooks:", "error:"))]
     assert rc == 1 and len(said) == 1, err[-3000:]
     assert said[0].startswith("error: a Ray process of the run died: CPURolloutServer (pid "), said

@@ -402,7 +402,7 @@ def test_an_rlhooks_without_the_legacy_trainer_refuses_use_v1_false_by_name(monk
 
 # -- rewards: on V1 (verl's reward loop scores through the rlhooks adapter) ---------------------------
 
-ADAPTER = "pkg://rlhooks.plugins.rewards.verl_adapter"
+ADAPTER = "pkg://rlhooks.engines.verl.reward_function"
 
 
 def _rewards_yaml(tmp_path, rewards, verl=None):

@@ -101,7 +101,7 @@ def dataset_columns(dataset: Any, needed_by: str = "an rlhooks sampler", columns
 # -- lazy column builders (both trainers) ---------------------------------------------------------
 
 
-def _dict_field(values: np.ndarray | None, key: str, default: Any, dtype: Any = object) -> Callable[[], np.ndarray]:
+def dict_field(values: np.ndarray | None, key: str, default: Any, dtype: Any = object) -> Callable[[], np.ndarray]:
     def get() -> np.ndarray:
         if values is None:
             return np.full(0, default, dtype=dtype)
@@ -111,7 +111,7 @@ def _dict_field(values: np.ndarray | None, key: str, default: Any, dtype: Any = 
     return get
 
 
-def _decoder(tokenizer: Any, ids: torch.Tensor, mask: torch.Tensor | None) -> cols.RowLazy:
+def token_decoder(tokenizer: Any, ids: torch.Tensor, mask: torch.Tensor | None) -> cols.RowLazy:
     """Decodes only the rows a plugin selected (RowLazy composes row selections)."""
 
     def decode(sel: np.ndarray | None) -> np.ndarray:
@@ -127,7 +127,7 @@ def _decoder(tokenizer: Any, ids: torch.Tensor, mask: torch.Tensor | None) -> co
     return cols.RowLazy(decode)
 
 
-def _chat_text(messages: np.ndarray) -> Callable[[], np.ndarray]:
+def chat_text(messages: np.ndarray) -> Callable[[], np.ndarray]:
     def text() -> np.ndarray:
         out = []
         for m in messages:
@@ -140,7 +140,7 @@ def _chat_text(messages: np.ndarray) -> Callable[[], np.ndarray]:
     return text
 
 
-def _extra_column(values: np.ndarray) -> np.ndarray:
+def extra_column(values: np.ndarray) -> np.ndarray:
     arr = np.asarray(values)
     if arr.dtype == object:
         try:

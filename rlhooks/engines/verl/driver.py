@@ -429,7 +429,9 @@ def _short(exc: BaseException) -> str:
         if isinstance(e, OSError) or any(m in text.lower() for m in _DISK_FULL):
             line = next((ln for ln in text.splitlines() if any(m in ln.lower() for m in _DISK_FULL)),
                         text.splitlines()[0] if text else type(e).__name__)
-            return f"{type(e).__name__}: {' '.join(line.split())[:200]}"
+            line = " ".join(line.split())[:200]
+            # a Ray worker's error quotes the worker's own "RuntimeError: ..." line: not typed twice
+            return line if re.match(r"[A-Za-z_.]*(Error|Exception)(\(\w+\))?: ", line) else f"{type(e).__name__}: {line}"
     return type(exc).__name__
 
 

@@ -2,7 +2,7 @@
 
 Each is a plain function ``fn(response: str, target: str, **info) -> float`` (extra keyword
 arguments are accepted and ignored), usable in ``rewards:`` by name, from Python, and through
-``rlhooks.plugins.rewards.verl_adapter.compute_score`` as verl's custom reward function.
+``rlhooks.engines.verl.reward_function.compute_score`` as verl's custom reward function.
 Each carries ``reward_range = (low, high)``, which the reward monitor uses for coverage, and a
 ``score_batch(responses, targets)`` that scores each distinct (response, target) pair once (the
 functions are pure; a simulated group often repeats one response 8 times).

@@ -30,7 +30,7 @@ def verl_overrides(policy_dir: str | Path, train_file: str | Path, val_file: str
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro_batch}",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro_batch}",
         "actor_rollout_ref.rollout.response_length=24", "actor_rollout_ref.rollout.temperature=1.0",
-        "reward.custom_reward_function.path=pkg://rlhooks.plugins.rewards.verl_adapter",
+        "reward.custom_reward_function.path=pkg://rlhooks.engines.verl.reward_function",
         "reward.custom_reward_function.name=compute_score",
         "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.nnodes=1",
         # V1 (the legacy learner ignores these): the CPU rollout server, one model copy, and one process

@@ -43,20 +43,20 @@ from typing import Any
 
 import numpy as np
 import torch
+from verl import DataProto
 
 from rlhooks.core import batch as cols
 from rlhooks.core.batch import Batch
 from rlhooks.engines.verl.adapter import (  # the shared parts, also reached from here by the legacy trainer
     ROW_KEY,
     RowIndexedDataset,
-    _chat_text,
-    _decoder,
-    _dict_field,
-    _extra_column,
+    chat_text,
     dataset_columns,
+    dict_field,
+    extra_column,
+    token_decoder,
     validation_per_source,
 )
-from verl import DataProto
 
 #: non-tensor keys of a trajectory's id and the version of the weights that generated it
 SAMPLE_ID_KEY = "rlhooks_sample_id"
@@ -115,11 +115,11 @@ def prompt_batch(data: DataProto, meta: Mapping[str, Any] | None = None) -> Batc
     lazy: dict[str, Callable[[], np.ndarray]] = {}
     extra = nt.get("extra_info")
     if extra is not None:
-        lazy[cols.COMPLEXITY] = _dict_field(extra, "complexity_score", np.nan, np.float64)
+        lazy[cols.COMPLEXITY] = dict_field(extra, "complexity_score", np.nan, np.float64)
     if "reward_model" in nt:
-        lazy[cols.TARGET] = _dict_field(nt["reward_model"], "ground_truth", None)
+        lazy[cols.TARGET] = dict_field(nt["reward_model"], "ground_truth", None)
     if "raw_prompt" in nt:
-        lazy[cols.PROMPT] = _chat_text(nt["raw_prompt"])
+        lazy[cols.PROMPT] = chat_text(nt["raw_prompt"])
     return Batch(columns, lazy=lazy, meta=meta, length=n)
 
 
@@ -150,22 +150,22 @@ def trajectory_batch(data: DataProto, tokenizer: Any = None, meta: Mapping[str, 
         lazy[cols.PROMPT_LENGTH] = lambda: att[:, :-resp_len].sum(-1).cpu().numpy().astype(np.int64)
     extra_keys = [k for k in data.meta_info.get("reward_extra_keys", ()) if k in nt]
     for k in extra_keys:
-        lazy[k] = (lambda v=nt[k]: _extra_column(v))
+        lazy[k] = (lambda v=nt[k]: extra_column(v))
     fn_names = [k[len(cols.REWARD_FN_PREFIX):] for k in nt if k.startswith(cols.REWARD_FN_PREFIX)]
     for name in fn_names:
         columns[cols.REWARD_FN_PREFIX + name] = np.asarray(nt[cols.REWARD_FN_PREFIX + name], dtype=np.float64)
     if "extra_info" in nt:
-        lazy[cols.COMPLEXITY] = _dict_field(nt["extra_info"], "complexity_score", np.nan, np.float64)
+        lazy[cols.COMPLEXITY] = dict_field(nt["extra_info"], "complexity_score", np.nan, np.float64)
     if "reward_model" in nt:
-        lazy[cols.TARGET] = _dict_field(nt["reward_model"], "ground_truth", None)
+        lazy[cols.TARGET] = dict_field(nt["reward_model"], "ground_truth", None)
     if "prompts" in keys:
         prompts = t["prompts"]
         pmask = t["attention_mask"][:, : prompts.shape[-1]] if "attention_mask" in keys else None
-        lazy[cols.PROMPT] = _decoder(tokenizer, prompts, pmask)
+        lazy[cols.PROMPT] = token_decoder(tokenizer, prompts, pmask)
     elif "raw_prompt" in nt:
-        lazy[cols.PROMPT] = _chat_text(nt["raw_prompt"])
+        lazy[cols.PROMPT] = chat_text(nt["raw_prompt"])
     if "responses" in keys:
-        lazy[cols.RESPONSE] = _decoder(tokenizer, t["responses"], mask)
+        lazy[cols.RESPONSE] = token_decoder(tokenizer, t["responses"], mask)
     full_meta = {"reward_extra_keys": tuple(extra_keys), "reward_functions": tuple(fn_names), **(meta or {})}
     return Batch(columns, lazy=lazy, meta=full_meta, length=n)
 

@@ -31,8 +31,10 @@ ASYNC_TRAINER_MODES = {"colocate_async": "rlhooks_colocate_async", "separate_asy
 ASYNC_REPLAY_BUFFER_PATH = "pkg://rlhooks.engines.verl.v1.async_trainers"
 ASYNC_REPLAY_BUFFER_NAME = "RLHooksReplayBufferAsync"
 
-#: the rlhooks reward adapter, as reward.custom_reward_function.path may name it
-ADAPTER_MODULE = "rlhooks.plugins.rewards.verl_adapter"
+#: the rlhooks reward adapter, as reward.custom_reward_function.path names it
+ADAPTER_MODULE = "rlhooks.engines.verl.reward_function"
+#: ... and as a config may still name it: its path before issue 39 moved it (deprecated)
+ADAPTER_MODULES = (ADAPTER_MODULE, "rlhooks.plugins.rewards.verl_adapter")
 
 
 def check_v1_settings(config: Any) -> None:
@@ -86,12 +88,13 @@ def adapter_functions(config: Any) -> tuple[str, ...]:
 
     custom = OmegaConf.select(config, "reward.custom_reward_function", default=None) or {}
     path = str(custom.get("path") or "")
-    if not (path.endswith("rewards/verl_adapter.py") or path.replace("/", ".").endswith(ADAPTER_MODULE)):
+    dotted = path.removesuffix(".py").replace("/", ".")
+    if not any(dotted.endswith(module) for module in ADAPTER_MODULES):
         return ()
-    from rlhooks.plugins.rewards.verl_adapter import _names
+    from rlhooks.engines.verl.reward_function import function_names
 
     kwargs = custom.get("reward_kwargs") or {}
     functions = kwargs.get("functions") if hasattr(kwargs, "get") else None
     if functions is not None and not isinstance(functions, str):
         functions = list(functions)
-    return _names(functions)
+    return function_names(functions)

@@ -33,7 +33,7 @@ import torch
 
 from rlhooks.core import batch as cols
 from rlhooks.core.batch import Batch
-from rlhooks.engines.verl.adapter import ROW_KEY, _decoder, _dict_field, _extra_column
+from rlhooks.engines.verl.adapter import ROW_KEY, dict_field, extra_column, token_decoder
 
 #: the fields a scored group's columns come from (all written by V1's agent loop, or the dataset); which of
 #: them are read is :func:`scored_fields`' choice
@@ -90,7 +90,7 @@ def field_values(data: Any) -> dict[str, np.ndarray]:
     if "data_source" in present:
         out["data_source"] = objects(data.get("data_source"))
     if "rm_scores" in present:
-        out["rm_scores"] = _token_sums(data.get("rm_scores"))
+        out["rm_scores"] = token_sums(data.get("rm_scores"))
     if "extra_fields" in present:
         out["extra_fields"] = objects(data.get("extra_fields"))
     return out
@@ -149,7 +149,7 @@ def _padded(nested: torch.Tensor, padding: float = 0.0) -> torch.Tensor:
     return nested.to_padded_tensor(padding) if nested.is_nested else nested
 
 
-def _token_sums(values: Any) -> np.ndarray:
+def token_sums(values: Any) -> np.ndarray:
     """Each row's sum of a per-token field: over a jagged field's flat values, one ``reduceat`` (no padding:
     16,384 x 8k tokens pad to ~0.5 GB), in float32 as verl holds the field, returned as float64."""
     if isinstance(values, torch.Tensor) and values.is_nested and values.dim() == 2:
@@ -220,14 +220,14 @@ def _text(tokenizer: Any) -> Callable[[Any], np.ndarray]:
             raise cols.BatchError("text columns need the run's tokenizer, which this batch was built without")
         lengths, padded = _lengths(ids), _padded(ids, 0)
         mask = torch.arange(padded.shape[-1]).unsqueeze(0) < torch.as_tensor(lengths).unsqueeze(1)
-        return _decoder(tokenizer, padded, mask.long()).fn(None)
+        return token_decoder(tokenizer, padded, mask.long()).fn(None)
 
     return decode
 
 
 def token_means(values: Any) -> np.ndarray:
     """A per-token field averaged over each row's valid tokens (the jagged row's length): ``advantage``."""
-    return _token_sums(values) / np.maximum(_lengths(values), 1)
+    return token_sums(values) / np.maximum(_lengths(values), 1)
 
 
 def scored_batch(data: Any, keys: Sequence[str], tokenizer: Any = None, adapter_functions: Sequence[str] = (), *,
@@ -268,14 +268,14 @@ def scored_batch(data: Any, keys: Sequence[str], tokenizer: Any = None, adapter_
             if k in adapter_functions:
                 columns[cols.REWARD_FN_PREFIX + k] = values.astype(np.float64)
             else:
-                lazy[k] = (lambda v=values: _extra_column(v))
+                lazy[k] = (lambda v=values: extra_column(v))
         versions = [f.get("min_global_steps") if isinstance(f, dict) else None for f in fields]
         if all(v is not None for v in versions):
             columns[cols.POLICY_VERSION] = np.asarray(versions, dtype=np.int64)
     if cols.REWARD not in columns:
         if fetch is None:
             raise cols.BatchError("scored groups need rm_scores or a score extra: neither was read")
-        columns[cols.REWARD] = _token_sums(fetch(["rm_scores"], list(keys)).get("rm_scores"))
+        columns[cols.REWARD] = token_sums(fetch(["rm_scores"], list(keys)).get("rm_scores"))
     for name, tag in ((cols.RESPONSE_LENGTH, "response_len"), (cols.PROMPT_LENGTH, "prompt_len")):
         known = _tag_lengths(tags, tag)
         if known is not None:
@@ -294,28 +294,28 @@ def scored_batch(data: Any, keys: Sequence[str], tokenizer: Any = None, adapter_
         elif field == "data_source":
             lazy[cols.DATA_SOURCE] = fetched(fetch, keys, field, objects)
         elif field == "reward_model":
-            lazy[cols.TARGET] = fetched(fetch, keys, field, lambda v: _dict_field(objects(v), "ground_truth", None)())
+            lazy[cols.TARGET] = fetched(fetch, keys, field, lambda v: dict_field(objects(v), "ground_truth", None)())
         elif field == "extra_info":
             lazy[cols.COMPLEXITY] = fetched(fetch, keys, field,
-                                            lambda v: _dict_field(objects(v), "complexity_score", np.nan, np.float64)())
+                                            lambda v: dict_field(objects(v), "complexity_score", np.nan, np.float64)())
     if "responses" in present:
         responses = data.get("responses")
         lengths = _lengths(responses)
         lazy[cols.RESPONSE_LENGTH] = lambda: lengths
         ids = _padded(responses, 0)
         mask = torch.arange(ids.shape[-1]).unsqueeze(0) < torch.as_tensor(lengths).unsqueeze(1)
-        lazy[cols.RESPONSE] = _decoder(tokenizer, ids, mask.long())
+        lazy[cols.RESPONSE] = token_decoder(tokenizer, ids, mask.long())
     if "prompts" in present:
         prompts = data.get("prompts")
         plengths = _lengths(prompts)
         lazy[cols.PROMPT_LENGTH] = lambda: plengths
         pids = _padded(prompts, 0)
         pmask = torch.arange(pids.shape[-1]).unsqueeze(0) < torch.as_tensor(plengths).unsqueeze(1)
-        lazy[cols.PROMPT] = _decoder(tokenizer, pids, pmask.long())
+        lazy[cols.PROMPT] = token_decoder(tokenizer, pids, pmask.long())
     if "reward_model" in present:
-        lazy[cols.TARGET] = _dict_field(objects(data.get("reward_model")), "ground_truth", None)
+        lazy[cols.TARGET] = dict_field(objects(data.get("reward_model")), "ground_truth", None)
     if "extra_info" in present:
-        lazy[cols.COMPLEXITY] = _dict_field(objects(data.get("extra_info")), "complexity_score", np.nan, np.float64)
+        lazy[cols.COMPLEXITY] = dict_field(objects(data.get("extra_info")), "complexity_score", np.nan, np.float64)
     fn_names = tuple(k for k in extra_keys if k in adapter_functions)
     meta = {"reward_extra_keys": tuple(k for k in extra_keys if k not in fn_names), "reward_functions": fn_names}
     return Batch(columns, lazy=lazy, meta=meta, length=n)
@@ -344,11 +344,11 @@ def prompt_batch(td: Any) -> Batch:
             columns[dst] = objects(td.get(src))
     lazy: dict[str, Callable[[], np.ndarray]] = {}
     if "extra_info" in present:
-        lazy[cols.COMPLEXITY] = _dict_field(objects(td.get("extra_info")), "complexity_score", np.nan, np.float64)
+        lazy[cols.COMPLEXITY] = dict_field(objects(td.get("extra_info")), "complexity_score", np.nan, np.float64)
     if "reward_model" in present:
-        lazy[cols.TARGET] = _dict_field(objects(td.get("reward_model")), "ground_truth", None)
+        lazy[cols.TARGET] = dict_field(objects(td.get("reward_model")), "ground_truth", None)
     if "raw_prompt" in present:
-        from rlhooks.engines.verl.adapter import _chat_text
+        from rlhooks.engines.verl.adapter import chat_text
 
-        lazy[cols.PROMPT] = _chat_text(objects(td.get("raw_prompt")))
+        lazy[cols.PROMPT] = chat_text(objects(td.get("raw_prompt")))
     return Batch(columns, lazy=lazy, length=n)

@@ -56,11 +56,22 @@ from rlhooks.core.manager import RunManager, merge_metrics
 from rlhooks.engines.verl import adapter, checkpoints, compat, driver
 from rlhooks.engines.verl.config import BLOCK, rlhooks_config
 from rlhooks.engines.verl.v1 import (  # noqa: F401 (ADAPTER_MODULE, adapter_functions: also imported from here)
-    ADAPTER_MODULE, BASE_TRAINER_MODE, REPLAY_BUFFER_NAME, REPLAY_BUFFER_PATH, TRAINER_MODE, adapter_functions,
+    ADAPTER_MODULE,
+    BASE_TRAINER_MODE,
+    REPLAY_BUFFER_NAME,
+    REPLAY_BUFFER_PATH,
+    TRAINER_MODE,
+    adapter_functions,
     check_v1_settings,
 )
 from rlhooks.engines.verl.v1.batches import (
-    _token_sums, adapter_error_counts, fetched, prompt_batch, scored_batch, scored_fields, token_means,
+    adapter_error_counts,
+    fetched,
+    prompt_batch,
+    scored_batch,
+    scored_fields,
+    token_means,
+    token_sums,
 )
 from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer
 
@@ -363,12 +374,12 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
             if "advantages" in held:  # mean over the response (its valid tokens: the jagged row's length)
                 lazy[cols.ADVANTAGE] = _rows_of(verl_data.get("advantages"), real, token_means)
             if final_field in held:
-                lazy[cols.FINAL_REWARD] = _rows_of(verl_data.get(final_field), real, _token_sums)
+                lazy[cols.FINAL_REWARD] = _rows_of(verl_data.get(final_field), real, token_sums)
         # otherwise the per-token fields (4 bytes a token each) are read when a plugin reads their column
         if cols.ADVANTAGE not in lazy and "advantages" in present:
             lazy[cols.ADVANTAGE] = fetched(fetch, keys, "advantages", token_means)
         if cols.FINAL_REWARD not in lazy:
-            lazy[cols.FINAL_REWARD] = fetched(fetch, keys, final_field, _token_sums)
+            lazy[cols.FINAL_REWARD] = fetched(fetch, keys, final_field, token_sums)
         return trained.with_columns(_lazy=lazy)
 
     # -- checkpoints: verl's files, rlhooks's save order and resume rules (checkpoints.py) ----------
