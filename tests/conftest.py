@@ -14,7 +14,7 @@ BASELINE_LOGGING = structlog.get_config()
 #: (a file's module-scoped V1 runs stay on one worker), which hands files out in collection order, so the long
 #: ones start first and the short ones fill the other worker's gaps instead of trailing at the end
 LONGEST_FIRST = (  # worker time in the slow suite on an idle 2-core machine, 2026-11-27 (docs/DEVELOPMENT.md)
-    "tests/verl/test_v1_signals.py",  # four `rlhooks train` processes: ~630 s
+    "tests/verl/test_v1_signals.py",  # six `rlhooks train` processes: ~830 s (2026-11-28)
     "tests/verl/test_v1_resume_async.py",  # four V1 runs: ~410 s
     "tests/verl/test_cpu_v1_async.py",  # three V1 runs: ~330 s
     "tests/reliability/test_soak.py",  # the 20,000-step soak: ~320 s
@@ -23,6 +23,7 @@ LONGEST_FIRST = (  # worker time in the slow suite on an idle 2-core machine, 20
     "tests/verl/test_v1_resume.py",  # two V1 runs: ~175 s
     "tests/verl/test_cpu_learner.py",  # the documented commands: ~120 s
     "tests/verl/test_v1_builtins.py",  # one V1 run: ~120 s
+    "tests/verl/test_v1_full_disk.py",  # one V1 run: ~110 s (2026-11-28)
 )
 
 

@@ -119,7 +119,7 @@ def test_rlhooks_and_verls_own_v1_buffer_drop_the_same_groups(tmp_path, transfer
     accs = [[1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 1.0]]
     uids = _put_groups(transfer_queue, trainer, accs)
 
-    verls = ReplayBuffer(trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None,
+    verls = ReplayBuffer(trainer_mode="sync", trainer_config={}, max_off_policy_threshold=8,
                          max_off_policy_strategy="drop", sampler_kwargs={}, refill_fn=lambda n: n,
                          filter_groups_metric="acc", train_batch_size=4, gen_batch_size=1)
     verls._sync_metadata_from_transfer_queue()

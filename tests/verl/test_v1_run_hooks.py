@@ -28,7 +28,7 @@ from rlhooks.engines.verl.checkpoints import MANIFEST_KEY, read_state  # noqa: E
 from rlhooks.engines.verl.config import rlhooks_config  # noqa: E402
 from rlhooks.engines.verl.main import build_config  # noqa: E402
 
-from .verl_shim_helpers import Validations  # noqa: E402
+from .verl_shim_helpers import Validations, set_verls_checkpoint_callback  # noqa: E402
 
 pytestmark = pytest.mark.verl
 
@@ -61,7 +61,6 @@ def v1_trainer(tmp_path, monkeypatch, plugin, steps=3, *overrides):
     import transfer_queue as tq
     from torchdata.stateful_dataloader import StatefulDataLoader
     from transfer_queue import KVBatchMeta
-    from verl.trainer.ppo.checkpoint_callback import build_checkpoint_callback
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
     from rlhooks.engines.verl.v1.replay_buffer import RLHooksReplayBuffer
@@ -82,7 +81,7 @@ def v1_trainer(tmp_path, monkeypatch, plugin, steps=3, *overrides):
     t.actor_rollout_wg, t.checkpoint_manager = ActorFiles(), NoWeightSync()
     t.replay_buffer = object.__new__(RLHooksReplayBuffer)  # what rlhooks.pt reads of it: the verdict cache
     t.replay_buffer._dapo_classification_cache = {"train": {}, "val": {}}
-    t.checkpoint_callback = build_checkpoint_callback(cfg)
+    set_verls_checkpoint_callback(t, cfg)
     t.train_dataloader = StatefulDataLoader(list(range(8)), batch_size=2)
     t._init_dump_executor()
     t.rl = RunManager(rlhooks_config(cfg, steps=steps), extra_plugins=[("rec", plugin)])

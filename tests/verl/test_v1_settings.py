@@ -132,9 +132,11 @@ def test_the_checkpoint_follows_the_installed_verls_callback_and_transfer_queue_
 
     from rlhooks.engines.verl.v1.trainer import tq_checkpoint_wanted
 
-    assert not hasattr(trainer_base, "_tq_supports_checkpoint")  # verl 0.9.1, installed
-    assert tq_checkpoint_wanted("colocate_async") and tq_checkpoint_wanted("separate_async")
+    gate = getattr(trainer_base, "_tq_supports_checkpoint", None)  # verl main's; 0.9.1 has none
+    assert tq_checkpoint_wanted("colocate_async") == tq_checkpoint_wanted("separate_async") == (gate is None or gate())
     assert not tq_checkpoint_wanted("sync")
+    monkeypatch.delattr(trainer_base, "_tq_supports_checkpoint", raising=False)  # verl 0.9.1: always, in async modes
+    assert tq_checkpoint_wanted("colocate_async") and tq_checkpoint_wanted("separate_async")
     monkeypatch.setattr(trainer_base, "_tq_supports_checkpoint", lambda: False, raising=False)  # verl main's gate
     assert not tq_checkpoint_wanted("colocate_async")
     monkeypatch.setattr(trainer_base, "_tq_supports_checkpoint", lambda: True, raising=False)

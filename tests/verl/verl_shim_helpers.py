@@ -154,3 +154,13 @@ class Validations(Recorder):
     @rlhooks.hookimpl
     def on_load_checkpoint(self, step, checkpoint_dir):
         self.events.append(("on_load_checkpoint", step, checkpoint_dir))
+
+
+def set_verls_checkpoint_callback(trainer, cfg) -> None:
+    """What verl's V1 ``PPOTrainer.__init__`` sets as ``checkpoint_callback`` on a trainer built by hand: verl
+    0.9.1 builds one; verl main has none and sets nothing (rlhooks reads it with getattr)."""
+    try:
+        from verl.trainer.ppo.checkpoint_callback import build_checkpoint_callback
+    except ImportError:  # verl main
+        return
+    trainer.checkpoint_callback = build_checkpoint_callback(cfg)

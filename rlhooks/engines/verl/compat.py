@@ -178,6 +178,8 @@ VERSION_DEPENDENT = frozenset({
     "verl.trainer.ppo.checkpoint_callback:build_checkpoint_callback",
     "verl.trainer.ppo.checkpoint_callback:CheckpointCallback.on_save",
 })
+#: ... and the attributes of ATTRIBUTES only some supported verl sets (read with getattr)
+VERSION_DEPENDENT_ATTRIBUTES = frozenset({"PPOTrainer.checkpoint_callback"})
 #: verl's main reviewed, by commit (recorded with --verl-source on a checkout of it; see docs/how-to/verl.md)
 MAIN_LABEL = "0.10.0.dev+1dda039"
 
