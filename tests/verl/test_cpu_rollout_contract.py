@@ -217,6 +217,36 @@ def test_a_request_generates_the_same_alone_or_batched_with_others(server_parts)
             assert len({tuple(o.token_ids) for o in batched}) > len(prompts)  # sampled: a prompt's answers differ
 
 
+def test_the_benchmark_stub_answers_canned_text_at_its_rate_and_logs_each_batch(server_parts, monkeypatch, tmp_path):
+    """benchmarks/bench_v1_generation.py's fixed-rate rollout: no model run, one of two canned answers per request (by
+    its seed: a prompt's samples differ), a batch taking its tokens / rate seconds, one log line a batch."""
+    import time
+
+    from transformers import AutoTokenizer
+
+    from rlhooks.engines.verl.cpu import rollout_server
+
+    log = tmp_path / "server.log"
+    monkeypatch.setenv(rollout_server.STUB_RATE_ENV, "400")
+    monkeypatch.setenv(rollout_server.STUB_LOG_ENV, str(log))
+    server = _server(server_parts)
+    monkeypatch.setattr(server, "_generate", lambda requests: pytest.fail("the stub ran the model"))
+    started = time.monotonic()
+    outputs = _tokens(server, [1, 5, 6, 7, 8], n=6, max_tokens=24)
+    took = time.monotonic() - started
+    tokenizer = AutoTokenizer.from_pretrained(server_parts[1].local_path)
+    texts = [tokenizer.decode(o.token_ids, skip_special_tokens=True) for o in outputs]
+    assert set(texts) == set(rollout_server.STUB_ANSWERS)  # both answers among 6 seeds, nothing else
+    assert all(o.stop_reason == "completed" and o.token_ids[-1] == tokenizer.eos_token_id for o in outputs)
+    assert all(o.log_probs == [0.0] * len(o.token_ids) for o in outputs)
+    tokens = sum(len(o.token_ids) for o in outputs)
+    assert took >= tokens / 400
+    lines = [line.split() for line in log.read_text().splitlines()]
+    assert [int(n) for _, n, _ in lines] == [1] * 6 and sum(int(t) for _, _, t in lines) == tokens
+    truncated = _tokens(server, [1, 5, 6, 7, 8], n=4, max_tokens=2)  # even "42" needs 3 with its eos
+    assert all(len(o.token_ids) == 2 and o.stop_reason == "length" for o in truncated)
+
+
 def test_a_weight_load_decodes_the_requests_delivered_before_it_first(server_parts):
     """A request delivered before new weights generates with the old ones (as when requests ran one at a time)."""
     server, reference = _server(server_parts), _server(server_parts)

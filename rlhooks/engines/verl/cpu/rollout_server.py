@@ -17,6 +17,11 @@ GPU. This module is the same three pieces for the host CPU, registered through v
 
 Sampling is seeded per request from (rollout seed, weight version, prompt tokens, sampling params, the
 how-many-th such request this is), so a resumed run regenerates what the uninterrupted run generated.
+
+A benchmark instrument (issue 40 item 4, ``benchmarks/bench_v1_generation.py``): with ``RLHOOKS_CPU_ROLLOUT_STUB``
+set to a rate in tokens a second, the server does not run the model: each batch takes its tokens / rate seconds
+and each request gets one of two canned answers (chosen by its seed: a group's rewards vary, so filters keep
+groups); ``RLHOOKS_CPU_ROLLOUT_LOG`` names a file where each batch appends ``<time> <requests> <tokens>``.
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ SERVER_PREFIX = f"{ROLLOUT_NAME}_"
 #: how long the first request of a batch waits for the others already sent (a step dispatches its prompts' n
 #: answers together): one batched decode of 64 rows costs about what 2-3 single ones do
 BATCH_WINDOW_S = 0.005
+#: the benchmark stub (module docstring): tokens a second, and the batch log
+STUB_RATE_ENV, STUB_LOG_ENV = "RLHOOKS_CPU_ROLLOUT_STUB", "RLHOOKS_CPU_ROLLOUT_LOG"
+#: the stub's two answers: one in the reward functions' format, one not
+STUB_ANSWERS = ("<reasoning>3 + 5 = 8</reasoning><answer>42</answer>", "42")  # in the tiny policy's vocabulary
 
 
 class _Request(NamedTuple):
@@ -118,6 +127,7 @@ class CPURolloutServer:
         self._queue: list[tuple[_Request, asyncio.Future]] = []  # requests waiting for the next batch
         self._decoding = False
         self.weight_loads = 0
+        self._stub = _Stub.from_env(model_config.local_path, self.eos_token_id)
 
     # -- generation ------------------------------------------------------------------------------
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str,
@@ -185,6 +195,12 @@ class CPURolloutServer:
 
     @torch.no_grad()
     def _decode(self, requests: list[_Request]) -> list[TokenOutput]:
+        """The requests' outputs: the model's (``_generate``), or the benchmark stub's canned answers."""
+        if self._stub is not None:
+            return self._stub.answer(requests, self.global_steps)
+        return self._generate(requests)
+
+    def _generate(self, requests: list[_Request]) -> list[TokenOutput]:
         """Requests of one prompt length and sampling settings, decoded together with a KV cache. Each row samples
         with its own generator (Gumbel-max over the processed logits: a draw from their softmax), so what a request
         generates does not depend on which requests shared its batch; the model runs in float64, where the rows of
@@ -292,6 +308,40 @@ class CPURolloutServer:
     def stats(self) -> dict[str, Any]:
         """What tests read back: weight loads and version, whether asleep."""
         return {"weight_loads": self.weight_loads, "global_steps": self.global_steps, "asleep": self.asleep}
+
+
+class _Stub:
+    """The fixed-rate rollout of the module docstring: canned answers, a batch taking its tokens / rate seconds."""
+
+    def __init__(self, rate: float, answers: list[list[int]], log: str | None):
+        self.rate, self.answers, self.log = rate, answers, log
+
+    @classmethod
+    def from_env(cls, model_path: str, eos_token_id: Any) -> _Stub | None:
+        rate = os.environ.get(STUB_RATE_ENV)
+        if not rate:
+            return None
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        eos = _as_list(eos_token_id)[:1]
+        answers = [tokenizer.encode(text, add_special_tokens=False) + eos for text in STUB_ANSWERS]
+        return cls(float(rate), answers, os.environ.get(STUB_LOG_ENV))
+
+    def answer(self, requests: list[_Request], global_steps: int | None) -> list[TokenOutput]:
+        import time
+
+        full = [self.answers[r.seed % len(self.answers)] for r in requests]
+        chosen = [ids[:r.max_tokens] for r, ids in zip(requests, full)]
+        tokens = sum(map(len, chosen))
+        time.sleep(tokens / self.rate)  # a busy server: generation is what the batch waits on
+        if self.log:
+            with open(self.log, "a") as fh:
+                fh.write(f"{time.time():.6f} {len(requests)} {tokens}\n")
+        return [TokenOutput(token_ids=ids, log_probs=[0.0] * len(ids) if r.logprobs else None,
+                            stop_reason="completed" if len(ids) == len(whole) else "length", num_preempted=0,
+                            extra_fields={"global_steps": global_steps})
+                for r, ids, whole in zip(requests, chosen, full)]
 
 
 def _as_list(value: Any) -> list[int]:

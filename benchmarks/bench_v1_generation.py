@@ -1,0 +1,137 @@
+"""Issue 40 item 4: does rlhooks hold generation back in verl's ``colocate_async`` mode?
+
+    python -m benchmarks.bench_v1_generation                  # 2 pairs of runs, 8 steps each; writes its RESULTS.md section
+    python -m benchmarks.bench_v1_generation --pairs 1 --steps 6 --no-write
+
+In ``colocate_async`` verl's trainer polls the replay buffer for finished groups while the rollout replicas generate;
+rlhooks judges groups (its filters, reward observers, tables) in that loop, so a slow judge would delay the refills
+dispatched to the servers. Here the CPU learner's rollout server is the fixed-rate stub
+(``rlhooks.engines.verl.cpu.rollout_server``, ``RLHOOKS_CPU_ROLLOUT_STUB``: canned answers, a batch taking its tokens /
+rate seconds), so generation costs the same in every run, and each run's server logs the samples it generated.
+Two ``rlhooks train`` runs of the CPU example config in ``rlhooks_colocate_async`` take turns:
+
+* ``builtins``: every built-in that judges or observes a group (the dapo filter, the selective_rollout prompt
+  filter, source metrics, the reward monitor, top/bottom-k tables, the JSONL backend);
+* ``bare``: no rlhooks plugin but the reward functions, which are verl's reward loop's (both runs score the same).
+
+The figure is samples generated a second over the run's generation window (the server's first to last batch,
+the first 10% of samples left out as warm-up), builtins / bare per pair; the goal is at least 0.98x. Not a unit
+test: ~2 min a run on 2 cores, most of it starting the run's Ray actors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.harness import Result
+
+HERE = Path(__file__).parent
+EXAMPLE = HERE.parent / "examples" / "configs" / "verl_cpu_tiny.yaml"
+#: the stub's rate (tokens a second): a generation batch (8 prompts x 8 answers of ~15 tokens) takes ~0.5 s
+RATE = 2000.0
+#: the canned answers differ in format, not in correctness: the filters judge on format_exact
+RUNS = {
+    "builtins": ["rlhooks.filters=[{name: dapo, metric: format_exact}]",
+                 "rlhooks.prompt_filters=[{name: selective_rollout, p_easy: 0.05, p_hard: 0.05, seed: 1}]",
+                 "rlhooks.rewards=[format_exact,format_approx,check_answer,check_numbers,source_metrics,reward_monitor]",
+                 "rlhooks.samples=[{name: top_bottom_k, k: 2, every: 1}]", "rlhooks.backends=[jsonl]"],
+    "bare": ["rlhooks.filters=[]", "rlhooks.prompt_filters=[]", "rlhooks.samples=[]", "rlhooks.backends=[]",
+             "rlhooks.rewards=[format_exact,format_approx,check_answer,check_numbers]"],
+}
+
+
+def generation_rate(log: Path, warmup: float = 0.1) -> tuple[float, int, float]:
+    """(samples a second, samples counted, window seconds) from the stub server's batch log."""
+    rows = [line.split() for line in log.read_text().splitlines() if line.strip()]
+    times = [float(r[0]) for r in rows]
+    counts = [int(r[1]) for r in rows]
+    total, skip, start = sum(counts), 0, 0
+    while start < len(rows) - 1 and skip + counts[start] <= warmup * total:
+        skip += counts[start]
+        start += 1
+    samples = sum(counts[start + 1:])  # batches ending after the window's first one
+    window = times[-1] - times[start]
+    return samples / window, samples, window
+
+
+def one_run(name: str, steps: int, work: Path, rate: float) -> dict:
+    folder = work / f"{name}-{time.strftime('%H%M%S')}"
+    folder.mkdir(parents=True)
+    prepared = subprocess.run([sys.executable, "-m", "rlhooks.engines.verl.cpu", "prepare", "runs/tiny"], cwd=folder,
+                              capture_output=True, text=True)
+    if prepared.returncode != 0:
+        raise RuntimeError(prepared.stderr[-2000:])
+    log = folder / "server.log"
+    env = {**os.environ, "RLHOOKS_CPU_ROLLOUT_STUB": str(rate), "RLHOOKS_CPU_ROLLOUT_LOG": str(log)}
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "rlhooks.cli", "train", "--config", str(EXAMPLE),
+         "trainer.v1.trainer_mode=rlhooks_colocate_async", f"trainer.total_training_steps={steps}",
+         "trainer.test_freq=-1", "trainer.save_freq=-1", f"rlhooks.run.name=gen-{name}", *RUNS[name]],
+        cwd=folder, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"{name}: rlhooks train exited {done.returncode}:\n{done.stderr[-3000:]}")
+    per_s, samples, window = generation_rate(log)
+    return {"samples_per_s": per_s, "samples": samples, "window_s": window,
+            "wall_s": time.monotonic() - started}
+
+
+def measure(pairs: int, steps: int, rate: float, work: Path) -> dict:
+    load_before = os.getloadavg()[0]
+    runs: dict[str, list[dict]] = {"builtins": [], "bare": []}
+    for i in range(pairs):  # in turn, the order swapped each pair: a change of load falls on both
+        for name in (("builtins", "bare") if i % 2 == 0 else ("bare", "builtins")):
+            runs[name].append(one_run(name, steps, work, rate))
+            print(f"{name}: {runs[name][-1]['samples_per_s']:.1f} samples/s", file=sys.stderr)
+    ratios = [b["samples_per_s"] / r["samples_per_s"] for b, r in zip(runs["builtins"], runs["bare"])]
+    return {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "machine": f"{os.cpu_count()} cores",
+            "load_avg": [load_before, os.getloadavg()[0]], "steps": steps, "rate": rate, "runs": runs,
+            "ratios": ratios}
+
+
+def results(result: dict) -> list[Result]:
+    b = statistics.median(r["samples_per_s"] for r in result["runs"]["builtins"])
+    r = statistics.median(r["samples_per_s"] for r in result["runs"]["bare"])
+    ratio = statistics.median(result["ratios"])
+    # Result's times are seconds a sample, so that its ratio reads as rlhooks's cost
+    return [Result(case=f"colocate_async generation with every built-in vs none, stub rollout at {result['rate']:g} "
+                        f"tokens/s, {result['steps']} steps", rlhooks_s=1 / b, reference_s=1 / r,
+                   target=">= 0.98x the bare run's samples/s", met=ratio >= 0.98,
+                   margin=f"{ratio:.3f}x the samples/s (pairs: {', '.join(f'{x:.3f}' for x in result['ratios'])})",
+                   note=f"{b:.1f} vs {r:.1f} samples/s, medians of {len(result['ratios'])} pairs")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.harness import markdown_table
+    from benchmarks.run_all import machine, write_results
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--rate", type=float, default=RATE)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-v1-generation-") as tmp:
+        result = measure(args.pairs, args.steps, args.rate, Path(tmp))
+    print(json.dumps(result, indent=1))
+    table = markdown_table(results(result))
+    print(table)
+    if not args.no_write:
+        (HERE / "V1_GENERATION.json").write_text(json.dumps(result, indent=1) + "\n")
+        write_results({"bench_v1_generation": f"## bench_v1_generation\n\n{result['date']} UTC; {machine()}; load "
+                                              f"average {result['load_avg'][0]:.1f} -> {result['load_avg'][1]:.1f} "
+                                              f"(issue 40 item 4: samples generated a second in colocate_async)"
+                                              f"\n\n{table}"})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
