@@ -218,7 +218,7 @@ def test_a_request_generates_the_same_alone_or_batched_with_others(server_parts)
 
 
 def test_the_benchmark_stub_answers_canned_text_at_its_rate_and_logs_each_batch(server_parts, monkeypatch, tmp_path):
-    """benchmarks/bench_v1_generation.py's fixed-rate rollout: no model run, one of two canned answers per request (by
+    """benchmarks/v1_generation.py's fixed-rate rollout: no model run, one of two canned answers per request (by
     its seed: a prompt's samples differ), a batch taking its tokens / rate seconds, one log line a batch."""
     import time
 

@@ -18,7 +18,7 @@ GPU. This module is the same three pieces for the host CPU, registered through v
 Sampling is seeded per request from (rollout seed, weight version, prompt tokens, sampling params, the
 how-many-th such request this is), so a resumed run regenerates what the uninterrupted run generated.
 
-A benchmark instrument (issue 40 item 4, ``benchmarks/bench_v1_generation.py``): with ``RLHOOKS_CPU_ROLLOUT_STUB``
+A benchmark instrument (issue 40 item 4, ``benchmarks/v1_generation.py``): with ``RLHOOKS_CPU_ROLLOUT_STUB``
 set to a rate in tokens a second, the server does not run the model: each batch takes its tokens / rate seconds
 and each request gets one of two canned answers (chosen by its seed: a group's rewards vary, so filters keep
 groups); ``RLHOOKS_CPU_ROLLOUT_LOG`` names a file where each batch appends ``<time> <requests> <tokens>``.

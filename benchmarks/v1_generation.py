@@ -1,7 +1,7 @@
 """Issue 40 item 4: does rlhooks hold generation back in verl's ``colocate_async`` mode?
 
-    python -m benchmarks.bench_v1_generation                  # 2 pairs of runs, 8 steps each; writes its RESULTS.md section
-    python -m benchmarks.bench_v1_generation --pairs 1 --steps 6 --no-write
+    python -m benchmarks.v1_generation                  # 2 pairs of runs, 8 steps each; writes its RESULTS.md section
+    python -m benchmarks.v1_generation --pairs 1 --steps 6 --no-write
 
 In ``colocate_async`` verl's trainer polls the replay buffer for finished groups while the rollout replicas generate;
 rlhooks judges groups (its filters, reward observers, tables) in that loop, so a slow judge would delay the refills
@@ -37,9 +37,9 @@ HERE = Path(__file__).parent
 EXAMPLE = HERE.parent / "examples" / "configs" / "verl_cpu_tiny.yaml"
 #: the stub's rate (tokens a second): a generation batch (8 prompts x 8 answers of ~15 tokens) takes ~0.5 s
 RATE = 2000.0
-#: the canned answers differ in format, not in correctness: the filters judge on format_exact
+#: the canned answers differ in format, not in correctness: the dapo filter judges the total reward (seq_reward)
 RUNS = {
-    "builtins": ["rlhooks.filters=[{name: dapo, metric: format_exact}]",
+    "builtins": ["rlhooks.filters=[{name: dapo, metric: seq_reward}]",
                  "rlhooks.prompt_filters=[{name: selective_rollout, p_easy: 0.05, p_hard: 0.05, seed: 1}]",
                  "rlhooks.rewards=[format_exact,format_approx,check_answer,check_numbers,source_metrics,reward_monitor]",
                  "rlhooks.samples=[{name: top_bottom_k, k: 2, every: 1}]", "rlhooks.backends=[jsonl]"],
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     if not args.no_write:
         (HERE / "V1_GENERATION.json").write_text(json.dumps(result, indent=1) + "\n")
-        write_results({"bench_v1_generation": f"## bench_v1_generation\n\n{result['date']} UTC; {machine()}; load "
+        write_results({"v1_generation": f"## v1_generation\n\n{result['date']} UTC; {machine()}; load "
                                               f"average {result['load_avg'][0]:.1f} -> {result['load_avg'][1]:.1f} "
                                               f"(issue 40 item 4: samples generated a second in colocate_async)"
                                               f"\n\n{table}"})
