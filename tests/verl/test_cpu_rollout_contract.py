@@ -243,6 +243,9 @@ def test_the_benchmark_stub_answers_canned_text_at_its_rate_and_logs_each_batch(
     assert took >= tokens / 400
     lines = [line.split() for line in log.read_text().splitlines()]
     assert [int(n) for _, n, _ in lines] == [1] * 6 and sum(int(t) for _, _, t in lines) == tokens
+    asyncio.run(server.sleep())
+    asyncio.run(server.wake_up())
+    assert [line.split()[1] for line in log.read_text().splitlines()[6:]] == ["sleep", "wake"]
     truncated = _tokens(server, [1, 5, 6, 7, 8], n=4, max_tokens=2)  # even "42" needs 3 with its eos
     assert all(len(o.token_ids) == 2 and o.stop_reason == "length" for o in truncated)
 

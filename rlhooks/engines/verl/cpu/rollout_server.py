@@ -21,7 +21,8 @@ how-many-th such request this is), so a resumed run regenerates what the uninter
 A benchmark instrument (issue 40 item 4, ``benchmarks/v1_generation.py``): with ``RLHOOKS_CPU_ROLLOUT_STUB``
 set to a rate in tokens a second, the server does not run the model: each batch takes its tokens / rate seconds
 and each request gets one of two canned answers (chosen by its seed: a group's rewards vary, so filters keep
-groups); ``RLHOOKS_CPU_ROLLOUT_LOG`` names a file where each batch appends ``<time> <requests> <tokens>``.
+groups); ``RLHOOKS_CPU_ROLLOUT_LOG`` names a file where each batch appends ``<time> <requests> <tokens>`` and each sleep
+and wake-up ``<time> sleep`` / ``<time> wake``.
 """
 
 from __future__ import annotations
@@ -262,10 +263,14 @@ class CPURolloutServer:
     # (each batch builds its own), so these decode what is queued (_flush) where order matters, record state and return.
     async def wake_up(self, tags: list[str] | None = None):
         self.asleep = False
+        if self._stub is not None:
+            self._stub.event("wake")
 
     async def sleep(self):
         self._flush()
         self.asleep = True
+        if self._stub is not None:
+            self._stub.event("sleep")
 
     # no KV cache is kept between batches and there is no profiler: the vLLM server's cache and profile
     # controls below are no-ops here (VERL_NOTES "V1 on CPU", 4)
@@ -327,6 +332,14 @@ class _Stub:
         eos = _as_list(eos_token_id)[:1]
         answers = [tokenizer.encode(text, add_special_tokens=False) + eos for text in STUB_ANSWERS]
         return cls(float(rate), answers, os.environ.get(STUB_LOG_ENV))
+
+    def event(self, name: str) -> None:
+        """A line ``<time> <name>`` in the log (``sleep`` / ``wake``: the benchmark counts the time awake)."""
+        if self.log:
+            import time
+
+            with open(self.log, "a") as fh:
+                fh.write(f"{time.time():.6f} {name}\n")
 
     def answer(self, requests: list[_Request], global_steps: int | None) -> list[TokenOutput]:
         import time
