@@ -126,7 +126,8 @@ def results(result: dict) -> list[Result]:
     # Result's times are seconds a sample, so that its ratio reads as rlhooks's cost
     return [Result(case=f"colocate_async generation with every built-in vs none, stub rollout at {result['rate']:g} "
                         f"tokens/s, {result['steps']} steps", rlhooks_s=1 / b, reference_s=1 / r,
-                   target=">= 0.98x the bare run's samples/s", met=ratio >= 0.98,
+                   # every pair, not the median: runs of one config spread more than the 2% asked
+                   target=">= 0.98x the bare run's samples/s, every pair", met=min(result["ratios"]) >= 0.98,
                    margin=f"{ratio:.3f}x the samples per awake second (pairs: "
                           f"{', '.join(f'{x:.3f}' for x in result['ratios'])}; over the whole window: "
                           f"{', '.join(f'{x:.3f}' for x in result['window_ratios'])})",
