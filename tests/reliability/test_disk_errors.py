@@ -17,6 +17,7 @@ import pytest
 
 from rlhooks.core.rundir import LOCK_FILE
 from rlhooks.engines.sim.data import write_dataset
+from tests.filesystems import small_tmpfs
 
 FAST = ["simulate.rows_per_source=40", "run.train_batch_size=8", "run.gen_batch_size=16", "run.n=4"]
 
@@ -45,15 +46,8 @@ def test_backend_on_a_full_device_is_disabled_and_the_run_fails_naming_it(tmp_pa
 
 @pytest.fixture
 def tiny_tmpfs(tmp_path: Path):
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root; the /dev/full test covers write failures without it")
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(mnt)], check=True)
-    try:
+    with small_tmpfs(tmp_path / "tiny", "200k") as mnt:  # without root: the /dev/full tests cover write failures
         yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
 
 
 @pytest.mark.slow  # a 60-step run filling a tmpfs (~8 s); the /dev/full tests in this file cover write failures in make test

@@ -4,14 +4,14 @@ and not a third. The run ends with exit 1 and one line naming the step's folder 
 metrics record the run ``failed``, the tracker stays on the last complete checkpoint and the torn folder is
 never offered as one.
 
-The tmpfs is mounted for the test, which needs root (CI runs as root: ``.ci/run`` installs Chromium with apt-get);
+The tmpfs is mounted for the test (``tests/filesystems.small_tmpfs``, shared with the simulator's full-disk test),
+which needs root (CI runs as root: ``.ci/run`` installs Chromium with apt-get);
 without it the test fails in CI and skips elsewhere, saying why.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -23,6 +23,7 @@ pytest.importorskip("verl.trainer.ppo.v1", reason="needs verl[verl-core]")
 pytest.importorskip("transformers")
 
 from rlhooks.engines.verl import checkpoints  # noqa: E402
+from tests.filesystems import small_tmpfs  # noqa: E402
 
 pytestmark = pytest.mark.verl
 
@@ -33,19 +34,8 @@ DISK_SIZE = "2600k"
 
 @pytest.fixture
 def small_disk(tmp_path):
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(disk)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        why = f"mounting a {DISK_SIZE} tmpfs needs root: {mounted.stderr.strip() or mounted.returncode}"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
-    try:
+    with small_tmpfs(tmp_path / "disk", DISK_SIZE) as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 # slow: one `rlhooks train` process of the CPU example config, three steps: ~90 s on 2 cores
