@@ -17,6 +17,7 @@ incorrect").
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -32,8 +33,8 @@ from pathlib import Path
 #: ``python -m`` rather than the ``ray`` script: a copied virtual environment's scripts can name another
 #: interpreter in their first line, and the raylet starts workers with the interpreter that started it
 RAY_CLI = [sys.executable, "-m", "ray.scripts.scripts"]
-#: ports of one node: node manager, object manager, worker range start, 2 dashboard agent, metrics, runtime env agent
-NODE_PORTS = 7
+#: single ports of one node: node manager, object manager, 2 dashboard agent, metrics, runtime env agent
+NODE_PORTS = 6
 #: what ``ray start`` prints once its node runs
 READY = "Ray runtime started."
 
@@ -52,7 +53,15 @@ def _without_ray_auth(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith("RAY_AUTH_")}
 
 
+#: ports each node's workers may use (``--min-worker-port`` to ``--max-worker-port``)
+WORKER_PORTS = 51
+#: where worker port ranges are taken from: below the kernel's ephemeral range (``ip_local_port_range``,
+#: 32768-60999 by default), from which ``free_ports`` draws every single port, so the two never meet
+WORKER_PORT_SPAN = (10000, 32000)
+
+
 def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free now (the kernel's choice: its ephemeral range)."""
     socks = [socket.socket() for _ in range(count)]
     try:
         for s in socks:
@@ -63,12 +72,39 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def _node_args(ports: list[int]) -> list[str]:
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port_ranges(count: int, taken: set[int], size: int = WORKER_PORTS) -> list[int]:
+    """First ports of ``count`` disjoint ranges of ``size`` consecutive ports, each port free now and not in
+    ``taken``. A worker range drawn from the kernel's choices could hold another chosen port (CI saw Ray
+    refuse ``worker_ports 36081-36131`` holding the client server's 36129)."""
+    rng = random.Random()
+    starts: list[int] = []
+    used = set(taken)
+    for _ in range(200):
+        start = rng.randrange(WORKER_PORT_SPAN[0], WORKER_PORT_SPAN[1] - size)
+        block = range(start, start + size)
+        if used.isdisjoint(block) and all(_port_free(p) for p in block):
+            starts.append(start)
+            used.update(block)
+            if len(starts) == count:
+                return starts
+    raise RuntimeError(f"no {count} ranges of {size} free ports in {WORKER_PORT_SPAN} after 200 draws")
+
+
+def _node_args(ports: list[int], worker_start: int) -> list[str]:
     return [
         "--node-manager-port", str(ports[0]), "--object-manager-port", str(ports[1]),
-        "--min-worker-port", str(ports[2]), "--max-worker-port", str(ports[2] + 50),
-        "--dashboard-agent-listen-port", str(ports[3]), "--dashboard-agent-grpc-port", str(ports[4]),
-        "--metrics-export-port", str(ports[5]), "--runtime-env-agent-port", str(ports[6]),
+        "--min-worker-port", str(worker_start), "--max-worker-port", str(worker_start + WORKER_PORTS - 1),
+        "--dashboard-agent-listen-port", str(ports[2]), "--dashboard-agent-grpc-port", str(ports[3]),
+        "--metrics-export-port", str(ports[4]), "--runtime-env-agent-port", str(ports[5]),
         "--node-ip-address", "127.0.0.1", "--disable-usage-stats", "--block",
     ]
 
@@ -120,14 +156,15 @@ def local_ray_cluster(node_env: Mapping[str, str], *, head_cpus: int = 0, worker
     root = Path(tempfile.mkdtemp(prefix="rlhray", dir="/tmp"))  # short: Ray's socket paths have a length limit
     env = {**_without_ray_auth(node_env), **hermetic_env(), "RAY_TMPDIR": str(root)}
     ports = free_ports(2 + 2 * NODE_PORTS)
+    worker_starts = free_port_ranges(2, set(ports))
     address = f"127.0.0.1:{ports[0]}"
     nodes = {"head": root / "head", "worker": root / "worker"}
     procs: list[subprocess.Popen] = []
     try:
         for name, args in (
             ("head", ["--head", "--port", str(ports[0]), "--num-cpus", str(head_cpus), "--include-dashboard", "false",
-                      "--ray-client-server-port", str(ports[1]), *_node_args(ports[2:2 + NODE_PORTS])]),
-            ("worker", ["--address", address, "--num-cpus", str(worker_cpus), *_node_args(ports[2 + NODE_PORTS:])]),
+                      "--ray-client-server-port", str(ports[1]), *_node_args(ports[2:2 + NODE_PORTS], worker_starts[0])]),
+            ("worker", ["--address", address, "--num-cpus", str(worker_cpus), *_node_args(ports[2 + NODE_PORTS:], worker_starts[1])]),
         ):
             nodes[name].mkdir()
             with open(root / f"{name}.out", "w") as out:  # the child keeps its own descriptor
