@@ -98,10 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     got = run(args.quick)
     load1 = os.getloadavg()[0]
     table = markdown_table(got)
+    shared = "shared machine; " if max(load0, load1) > (os.cpu_count() or 2) else ""
     print(table)
     if not args.quick:
         write_results({"bench_cpu_time": f"## bench_cpu_time\n\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-                                         f"{machine()}; load average {load0:.1f} -> {load1:.1f} (shared machine; CPU "
+                                         f"{machine()}; load average {load0:.1f} -> {load1:.1f} ({shared}CPU "
                                          f"time, interleaved)\n\n{table}"})
     return 0
 
