@@ -460,13 +460,18 @@ def results(data: dict[str, Any]) -> list[Result]:
     return out
 
 
+def _busy(data: dict[str, Any]) -> bool:
+    """Whether the machine was loaded during the measurement (a load average above its cores)."""
+    return max(data.get("load_average_start", 0), data.get("load_average_end", 0)) > (data.get("cpus") or 2)
+
+
 def chart(data: dict[str, Any], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    busy = max(data.get("load_average_start", 0), data.get("load_average_end", 0)) > (data.get("cpus") or 2)
+    busy = _busy(data)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for tokens, marker in ((512, "o"), (4096, "s"), (8192, "^")):
         rows = [r for r in data["rows"] if r["tokens"] == tokens]
@@ -518,7 +523,7 @@ def publish(data: dict[str, Any]) -> list[Result]:
     load = data.get("load") or (f"load average {data['load_average_start']:.1f} at the start, {data['load_average_end']:.1f} "
                                 f"at the end" if "load_average_start" in data else
                                 f"load average {data['load_average_end']:.0f} at the end" if "load_average_end" in data else "")
-    busy = max(data.get("load_average_start", 0), data.get("load_average_end", 0)) > (data.get("cpus") or 2)
+    busy = _busy(data)
     load = (f" (measured on a shared, loaded machine: {load})" if busy else f" (nothing else running: {load})") if load else ""
     write_results({"bench_v1_scale": f"## bench_v1_scale\n\n{data.get('date', time.strftime('%Y-%m-%d'))}; "
                                      f"{machine()}{load}\n\n{markdown_table(got)}"})

@@ -81,22 +81,23 @@ def _port_free(port: int) -> bool:
             return False
 
 
-def free_port_ranges(count: int, taken: set[int], size: int = WORKER_PORTS) -> list[int]:
-    """First ports of ``count`` disjoint ranges of ``size`` consecutive ports, each port free now and not in
-    ``taken``. A worker range drawn from the kernel's choices could hold another chosen port (CI saw Ray
+def free_port_ranges(count: int, taken: set[int], size: int = WORKER_PORTS,
+                     span: tuple[int, int] = WORKER_PORT_SPAN) -> list[int]:
+    """First ports of ``count`` disjoint ranges of ``size`` consecutive ports in ``span``, each port free now and
+    not in ``taken``. A worker range drawn from the kernel's choices could hold another chosen port (CI saw Ray
     refuse ``worker_ports 36081-36131`` holding the client server's 36129)."""
     rng = random.Random()
     starts: list[int] = []
     used = set(taken)
     for _ in range(200):
-        start = rng.randrange(WORKER_PORT_SPAN[0], WORKER_PORT_SPAN[1] - size)
+        start = rng.randrange(span[0], span[1] - size)
         block = range(start, start + size)
         if used.isdisjoint(block) and all(_port_free(p) for p in block):
             starts.append(start)
             used.update(block)
             if len(starts) == count:
                 return starts
-    raise RuntimeError(f"no {count} ranges of {size} free ports in {WORKER_PORT_SPAN} after 200 draws")
+    raise RuntimeError(f"no {count} ranges of {size} free ports in {span} after 200 draws")
 
 
 def _node_args(ports: list[int], worker_start: int) -> list[str]:
