@@ -131,28 +131,84 @@ def test_a_missing_policy_is_a_config_error_that_says_how_to_make_it(tmp_path, c
         assert "python -m rlhooks.engines.verl.cpu prepare runs/tiny" in err and "Traceback" not in err
 
 
-@pytest.mark.slow  # the documented commands, each its own process (~1-2 min)
-def test_the_documented_commands_train_for_real_and_report_the_validation_curve(tmp_path):
-    """docs/how-to/cpu-learner.md: prepare -> rlhooks train on the example config -> rlhooks report."""
-    import json
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "configs" / "verl_cpu_tiny.yaml"
+TRACKER = "latest_checkpointed_iteration.txt"
+#: ``rlhooks train`` of the example config checkpointing every step, keeping one (each later start adds its own)
+TRAIN = ("rlhooks.cli", "train", "--config", str(EXAMPLE), "trainer.test_freq=-1", "trainer.save_freq=1",
+         "trainer.max_actor_ckpt_to_keep=1")
+
+
+def _run_module(cwd: Path, *args: str):
     import subprocess
     import sys
 
-    example = Path(__file__).resolve().parents[2] / "examples" / "configs" / "verl_cpu_tiny.yaml"
-    run = lambda *args: subprocess.run([sys.executable, "-m", *args], cwd=tmp_path, capture_output=True,  # noqa: E731
-                                       text=True, timeout=600)
-    prep = run("rlhooks.engines.verl.cpu", "prepare", "runs/tiny")
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def documented_run(tmp_path_factory) -> Path:
+    """docs/how-to/cpu-learner.md's commands: prepare, then its quick try (2 steps validated on 32 prompts) with
+    a checkpoint every step, one kept, which the refusal test below damages after the report test reads the run.
+    One V1 run for both (CI time: a V1 start costs ~1.5-4 min of a slow-suite worker)."""
+    cwd = tmp_path_factory.mktemp("documented")
+    prep = _run_module(cwd, "rlhooks.engines.verl.cpu", "prepare", "runs/tiny")
     assert prep.returncode == 0, prep.stderr[-3000:]
-    train = run("rlhooks.cli", "train", "--config", str(example), "trainer.total_training_steps=2",
-                "trainer.test_freq=2", "trainer.save_freq=-1")
+    train = _run_module(cwd, *TRAIN, "trainer.total_training_steps=2", "trainer.test_freq=2", "data.val_max_samples=32")
     assert train.returncode == 0, (train.stdout + train.stderr)[-5000:]
-    run_dir = tmp_path / "runs" / "verl-cpu-tiny"
+    return cwd
+
+
+@pytest.mark.slow  # the documented commands, each its own process (~1.5-4 min with the V1 run)
+def test_the_documented_commands_train_for_real_and_report_the_validation_curve(documented_run):
+    """docs/how-to/cpu-learner.md: prepare -> rlhooks train on the example config -> rlhooks report."""
+    import json
+
+    run_dir = documented_run / "runs" / "verl-cpu-tiny"
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     val = [r for r in records if r.get("kind") == "metrics" and any(k.startswith("val-core/") for k in r["metrics"])]
     assert val and all(0.0 <= v <= 1.0 for r in val for k, v in r["metrics"].items() if k.endswith("/acc/mean@1"))
     assert records[-1]["kind"] == "run_end" and records[-1]["status"] == "success"
-    report = run("rlhooks.cli", "report", str(run_dir))
+    report = _run_module(documented_run, "rlhooks.cli", "report", str(run_dir))
     assert report.returncode == 0, report.stderr[-3000:]
     assert (run_dir / "report" / "overview.png").stat().st_size > 0
 
 
+@pytest.mark.slow  # four starts refused before Ray (~15 s each), on the documented run's checkpoints
+def test_rlhooks_train_refuses_a_damaged_or_deleted_checkpoint_before_ray(documented_run):
+    """The documented run kept one checkpoint (max_actor_ckpt_to_keep=1); then another run sharing the checkpoints,
+    a truncated actor file (also with --dry-run) and the tracked step deleted: each later start exits 1 before Ray
+    starts, with one error naming the file and the way out, no traceback (issue 38)."""
+    import shutil
+
+    ckpt = documented_run / "runs" / "verl-cpu-tiny" / "checkpoints"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["global_step_2", TRACKER]  # rotated after the commit
+
+    # another run sharing the directory is refused before Ray (issue 38: it resumed step 2 and trained nothing)
+    other = _run_module(documented_run, *TRAIN, "rlhooks.run.name=other", f"trainer.default_local_dir={ckpt}",
+                        "trainer.total_training_steps=3")
+    assert other.returncode == 1 and "Traceback" not in other.stderr, other.stderr[-3000:]
+    assert ("was written by run 'verl-cpu-tiny' on the V1 trainer in mode rlhooks_sync, and this is run 'other' on "
+            "the V1 trainer in mode rlhooks_sync") in other.stderr, other.stderr[-3000:]
+    assert not (documented_run / "runs" / "other" / "metrics.jsonl").exists()  # no run started
+
+    model = ckpt / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt"
+
+    def refusal(*extra):  # the start refuses before Ray (checks.start_issues): one error, one problem line
+        out = _run_module(documented_run, *TRAIN, "trainer.total_training_steps=3", *extra)
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+        assert "rlhooks train: verl's output" not in out.stderr  # Ray never started
+        assert [line for line in out.stderr.splitlines() if line.startswith("error:")] == [
+            f"error: invalid verl config (from {EXAMPLE} and the command line): 1 problem"], out.stderr[-3000:]
+        return next(line for line in out.stderr.splitlines() if line.startswith("  - trainer.default_local_dir: "))
+
+    model.write_bytes(model.read_bytes()[:100])
+    for extra in [(), ("--dry-run",)]:  # the dry run refuses what the start refuses
+        problem = refusal(*extra)
+        assert "cannot resume from step 2" in problem and "trainer.resume_mode=disable" in problem
+        assert "model_world_size_1_rank_0.pt is 100 bytes" in problem
+
+    shutil.rmtree(ckpt / "global_step_2")
+    problem = refusal()
+    assert "names step 2" in problem and "the folder does not exist" in problem
+    metrics = (documented_run / "runs" / "verl-cpu-tiny" / "metrics.jsonl").read_text()
+    assert metrics.count('"kind": "run_start"') == 1  # no second run appended

@@ -100,6 +100,29 @@ def test_every_ray_process_gets_the_cpu_platform_and_a_logical_gpu(composed):
     assert ray_learner.ray_init_kwargs(cfg)["num_cpus"] == 3  # a value the config sets wins
 
 
+def test_a_ray_process_registers_the_cpu_engine_only_once_verl_imports_its_engine_package():
+    """What verl imports in each Ray process (``VERL_USE_EXTERNAL_MODULES``) leaves out verl's engine package
+    (~2 s of imports a process; most of a run's processes never build an engine) and registers the CPU engine the
+    moment anything imports it, the platform already current. A fresh interpreter: this one imported it long ago."""
+    import subprocess
+
+    probe = """
+import sys
+import verl
+assert "verl.workers.engine" not in sys.modules, "verl's engine package was imported at start"
+from verl.plugin.platform import platform_manager
+assert platform_manager._current_platform.__class__.__name__ == "PlatformCPU"
+from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+from verl.workers.engine.base import EngineRegistry
+engine = EngineRegistry._engines["language_model"]["fsdp2"]["cpu"]
+assert issubclass(engine, FSDPEngineWithLMHead) and engine.__name__ == "CPUFSDPEngineWithLMHead", engine
+print("ok")
+"""
+    env = {**os.environ, **ray_learner.RAY_PROCESS_ENV}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
 def test_joining_a_running_ray_declares_no_resources(composed, monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")  # Ray refuses num_cpus/num_gpus when joining
     kwargs = ray_learner.ray_init_kwargs(composed)

@@ -9,7 +9,10 @@ CPU tensors with gloo). So the engine class is verl's own, only registered under
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
+import importlib.util
 import os
+import sys
 import types
 from typing import Any
 
@@ -147,21 +150,59 @@ def _engine_class():
     return CPUFSDPEngineWithLMHead
 
 
-def install() -> None:
+def install(*, engine: bool = True) -> None:
     """Make verl see this machine as the ``cpu`` platform (idempotent): the platform registered and made
-    current (verl's ``set_platform``), and verl's FSDP language-model engine registered for device ``cpu``."""
+    current (verl's ``set_platform``) and, with ``engine``, verl's FSDP language-model engine registered for
+    device ``cpu`` (:func:`register_engine`)."""
     from verl.plugin.platform import platform_manager
 
-    if getattr(platform_manager, "_current_platform", None).__class__.__name__ == "PlatformCPU":
-        return
-    cls = _platform_class()
-    platform_manager.PlatformRegistry.register(platform="cpu")(cls)
-    platform_manager.set_platform(cls())
-    from verl.workers.engine.base import EngineRegistry  # its package asks verl for the platform on import
+    if getattr(platform_manager, "_current_platform", None).__class__.__name__ != "PlatformCPU":
+        cls = _platform_class()
+        platform_manager.PlatformRegistry.register(platform="cpu")(cls)
+        platform_manager.set_platform(cls())
+    if engine:
+        register_engine()
+
+
+def register_engine() -> None:
+    """verl's FSDP language-model engine under device ``cpu`` (idempotent; the platform must be installed: verl's
+    engine package asks for it on import)."""
+    from verl.workers.engine.base import EngineRegistry
 
     # verl's registry asserts on a second registration of a key
     if "cpu" not in EngineRegistry._engines.get("language_model", {}).get("fsdp", {}):
         EngineRegistry.register(model_type="language_model", backend=["fsdp", "fsdp2"], device="cpu")(_engine_class())
+
+
+#: verl's engine package (with peft, datasets, the FSDP engines: ~2 s of imports, docs/DEVELOPMENT.md)
+ENGINE_PACKAGE = "verl.workers.engine"
+
+
+class _RegisterEngineOnImport(importlib.abc.MetaPathFinder):
+    """Registers the CPU engine right after verl's engine package is imported, in whichever process imports it:
+    most of a V1 run's Ray processes (TransferQueue, the reward loop, the rollout server, the router) never do."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != ENGINE_PACKAGE:
+            return None
+        sys.meta_path.remove(self)  # the real finders find it; this runs once
+        spec = importlib.util.find_spec(fullname)
+        exec_module = spec.loader.exec_module
+
+        def exec_then_register(module):
+            exec_module(module)
+            register_engine()
+
+        spec.loader.exec_module = exec_then_register
+        return spec
+
+
+def register_engine_on_import() -> None:
+    """:func:`register_engine` now if verl's engine package is imported, else the moment it is."""
+    if ENGINE_PACKAGE in sys.modules:
+        register_engine()
+    elif not any(isinstance(f, _RegisterEngineOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterEngineOnImport())
 
 
 @contextlib.contextmanager

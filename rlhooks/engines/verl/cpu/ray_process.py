@@ -1,6 +1,7 @@
 """Imported by verl in every Ray process of the CPU learner (``VERL_USE_EXTERNAL_MODULES``, which verl's
 ``__init__`` imports): the ``cpu`` platform (``platform.install``; ``VERL_PLATFORM=cpu`` names it), the CPU
-rollout (``rollout_server.register``), and, in a verl worker-group process, its gloo process group.
+engine once verl's engine package is imported (``platform.register_engine_on_import``), the CPU rollout
+(``register_cpu_rollout``), and, in a verl worker-group process, its gloo process group.
 
 verl's workers call ``initialize_global_process_group_ray``, which asks torch for backend
 ``cpu:gloo,<device>:<backend>`` = ``cpu:gloo,cpu:gloo`` on this platform, which torch refuses ("Duplicate
@@ -44,7 +45,8 @@ def register_cpu_rollout() -> None:
 def setup() -> None:
     from rlhooks.engines.verl.cpu import platform
 
-    platform.install()
+    platform.install(engine=False)
+    platform.register_engine_on_import()  # only where verl builds an engine: ~2 s of imports saved elsewhere
     register_cpu_rollout()
     _init_worker_group_process_group()
 
