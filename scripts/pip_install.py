@@ -1,5 +1,5 @@
 """``pip install`` for the Makefile's set-up, through uv where it can: a fresh machine's ``make setup-test
-setup-docs`` took 4-5 min with pip and under 1 min with uv (2-core machine, 2026-11-29, docs/DEVELOPMENT.md).
+setup-docs`` took 266 s with pip and 68 s with uv (idle 2-core AMD EPYC, 2026-11-28 and 11-29; docs/DEVELOPMENT.md).
 
     python scripts/pip_install.py [pip install arguments...]
 
@@ -19,9 +19,12 @@ import sys
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
 #: pip configuration keys -> uv options (repeated for each value of a list)
 LIST_OPTIONS = {"find-links": "--find-links", "extra-index-url": "--extra-index-url", "constraint": "--constraint"}
-#: keys that change nothing uv does here
-IGNORED = {"disable-pip-version-check", "no-cache-dir", "progress-bar", "no-color", "quiet", "verbose",
-           "root-user-action", "no-input", "require-virtualenv"}
+#: keys that change nothing uv does here (``config-file``: the file's settings are in the listing already;
+#: ``cache-dir``: pip's cache, uv keeps its own)
+IGNORED = {"disable-pip-version-check", "no-cache-dir", "cache-dir", "config-file", "progress-bar", "no-color",
+           "quiet", "verbose", "root-user-action", "no-input", "require-virtualenv"}
+#: pip's aliases of one option, under one name
+ALIASES = {"default-timeout": "timeout"}
 #: later sections win, as in pip (the environment over the ``install`` section over ``global``)
 SECTIONS = ("global", "install", ":env:")
 
@@ -34,7 +37,7 @@ def pip_config() -> dict[str, str]:
         key, _, value = line.partition("=")
         section, _, name = key.rpartition(".")
         if section in SECTIONS:
-            found.setdefault(section, {})[name] = ast.literal_eval(value)
+            found.setdefault(section, {})[ALIASES.get(name, name)] = ast.literal_eval(value)
     merged: dict[str, str] = {}
     for section in SECTIONS:
         merged.update(found.get(section, {}))
@@ -46,16 +49,18 @@ def uv_command(config: dict[str, str]) -> tuple[list[str], dict[str, str]] | Non
     options = ["--index-strategy", "unsafe-best-match", "--compile-bytecode"]
     env: dict[str, str] = {}
     for key, value in config.items():
+        key = ALIASES.get(key, key)
         if key in LIST_OPTIONS:
             for item in value.split():
                 options += [LIST_OPTIONS[key], item]
         elif key == "index-url":
             options += ["--index-url", value]
         elif key == "no-index":
-            options.append("--no-index")
+            if value.strip().lower() in ("1", "true", "yes", "on", "y", "t"):  # pip reads it as a boolean
+                options.append("--no-index")
         elif key == "cert":
             env["SSL_CERT_FILE"] = value
-        elif key in ("default-timeout", "timeout"):
+        elif key == "timeout":
             env["UV_HTTP_TIMEOUT"] = str(int(float(value)))
         elif key not in IGNORED:
             print(f"scripts/pip_install.py: pip's configuration sets {key!r}, which this does not pass to uv: "
@@ -69,7 +74,8 @@ def uv_binary() -> str | None:
     try:
         import uv
     except ImportError:
-        if subprocess.run([*PIP, "install", "--quiet", "uv"]).returncode != 0:
+        # quickly given up: pip's own install follows, and no local index here holds uv
+        if subprocess.run([*PIP, "install", "--quiet", "--retries", "1", "--timeout", "30", "uv"]).returncode != 0:
             return None
         import importlib
 
@@ -82,7 +88,8 @@ def uv_binary() -> str | None:
 
 
 def main(args: list[str]) -> int:
-    uv, translated = uv_binary(), uv_command(pip_config())
+    translated = uv_command(pip_config())
+    uv = uv_binary() if translated is not None else None
     if uv is None or translated is None:
         return subprocess.run([*PIP, "install", *args]).returncode
     options, env = translated

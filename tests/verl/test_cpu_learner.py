@@ -147,13 +147,17 @@ def _run_module(cwd: Path, *args: str):
 
 @pytest.fixture(scope="module")
 def documented_run(tmp_path_factory) -> Path:
-    """docs/how-to/cpu-learner.md's commands: prepare, then its quick try (2 steps validated on 32 prompts) with
-    a checkpoint every step, one kept, which the refusal test below damages after the report test reads the run.
+    """docs/how-to/cpu-learner.md's commands: prepare, then the example config's quick try (2 steps validated on 32
+    prompts, as its comments write it) with a checkpoint every step, one kept, which the refusal test below damages
+    (``rlhooks report`` reads no checkpoint: the two tests pass in either order).
     One V1 run for both (CI time: a V1 start costs ~1.5-4 min of a slow-suite worker)."""
     cwd = tmp_path_factory.mktemp("documented")
     prep = _run_module(cwd, "rlhooks.engines.verl.cpu", "prepare", "runs/tiny")
     assert prep.returncode == 0, prep.stderr[-3000:]
-    train = _run_module(cwd, *TRAIN, "trainer.total_training_steps=2", "trainer.test_freq=2", "data.val_max_samples=32")
+    quick_try = _example_quick_try()  # rlhooks train --config examples/configs/verl_cpu_tiny.yaml <overrides>
+    assert quick_try[:4] == ["rlhooks", "train", "--config", "examples/configs/verl_cpu_tiny.yaml"], quick_try
+    train = _run_module(cwd, "rlhooks.cli", "train", "--config", str(EXAMPLE), *quick_try[4:],
+                        "trainer.save_freq=1", "trainer.max_actor_ckpt_to_keep=1")
     assert train.returncode == 0, (train.stdout + train.stderr)[-5000:]
     return cwd
 

@@ -100,6 +100,7 @@ def test_every_ray_process_gets_the_cpu_platform_and_a_logical_gpu(composed):
     assert ray_learner.ray_init_kwargs(cfg)["num_cpus"] == 3  # a value the config sets wins
 
 
+@pytest.mark.slow  # a fresh interpreter importing verl and its engine package: ~10 s of CPU (make test's budget)
 def test_a_ray_process_registers_the_cpu_engine_only_once_verl_imports_its_engine_package():
     """What verl imports in each Ray process (``VERL_USE_EXTERNAL_MODULES``) leaves out verl's engine package
     (~2 s of imports a process; most of a run's processes never build an engine) and registers the CPU engine the

@@ -13,6 +13,7 @@ import importlib.abc
 import importlib.util
 import os
 import sys
+import threading
 import types
 from typing import Any
 
@@ -180,13 +181,23 @@ ENGINE_PACKAGE = "verl.workers.engine"
 
 class _RegisterEngineOnImport(importlib.abc.MetaPathFinder):
     """Registers the CPU engine right after verl's engine package is imported, in whichever process imports it:
-    most of a V1 run's Ray processes (TransferQueue, the reward loop, the rollout server, the router) never do."""
+    most of a V1 run's Ray processes (TransferQueue, the reward loop, the rollout server, the router) never do.
+    It stays on ``sys.meta_path`` (other threads may be walking it) and answers once, under a lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._answered = False
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != ENGINE_PACKAGE:
+        if fullname != ENGINE_PACKAGE or self._answered:
             return None
-        sys.meta_path.remove(self)  # the real finders find it; this runs once
-        spec = importlib.util.find_spec(fullname)
+        with self._lock:
+            if self._answered:
+                return None
+            self._answered = True
+            spec = importlib.util.find_spec(fullname)  # the real finders' (this one answers no more)
+        if spec is None or spec.loader is None:
+            return spec
         exec_module = spec.loader.exec_module
 
         def exec_then_register(module):
