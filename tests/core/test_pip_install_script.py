@@ -56,7 +56,6 @@ def test_a_setting_with_no_translation_installs_with_pip(capsys):
     assert "sets 'trusted-host'" in capsys.readouterr().err
 
 
-
 def test_no_index_is_a_boolean_as_pip_reads_it():
     assert "--no-index" in pip_install.uv_command({"no-index": "true"})[0]
     assert "--no-index" not in pip_install.uv_command({"no-index": "0"})[0]
