@@ -6,7 +6,8 @@ setup-docs`` took 266 s with pip and 68 s with uv (idle 2-core AMD EPYC, 2026-11
 uv reads none of pip's configuration, so pip's own (its config files and ``PIP_*`` variables, as ``pip config
 list`` reports them: find-links, index URLs, constraints, certificate bundle, timeout) goes over as uv's options,
 with pip's rule for several indexes (the best version from any of them). Falls back to pip itself where uv cannot
-be installed or pip's configuration holds a key this does not translate. Byte-compiled like pip's installs.
+be installed, pip's configuration holds a key this does not translate, or uv's install fails. Byte-compiled like
+pip's installs.
 """
 
 from __future__ import annotations
@@ -93,8 +94,12 @@ def main(args: list[str]) -> int:
     if uv is None or translated is None:
         return subprocess.run([*PIP, "install", *args]).returncode
     options, env = translated
-    return subprocess.run([uv, "pip", "install", "--python", sys.executable, *options, *args],
+    code = subprocess.run([uv, "pip", "install", "--python", sys.executable, *options, *args],
                           env={**os.environ, **env}).returncode
+    if code != 0:  # pip's own resolution and messages are what the configuration was written for
+        print(f"scripts/pip_install.py: uv exited {code}; installing with pip", file=sys.stderr)
+        return subprocess.run([*PIP, "install", *args]).returncode
+    return 0
 
 
 if __name__ == "__main__":
