@@ -198,6 +198,7 @@ class _RegisterEngineOnImport(importlib.abc.MetaPathFinder):
             spec = importlib.util.find_spec(fullname)  # the real finders' (this one answers no more)
         if spec is None or spec.loader is None:
             return spec
+        # an installed package's loader is a per-module SourceFileLoader: wrapping its method touches this module only
         exec_module = spec.loader.exec_module
 
         def exec_then_register(module):
