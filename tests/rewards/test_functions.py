@@ -150,26 +150,107 @@ def test_score_batch_scores_each_distinct_pair_once_and_equals_per_row_scores():
     assert counted(np.zeros(0, object), np.zeros(0, object)).shape == (0,)
 
 
-def test_score_batch_over_columns_equals_the_per_row_rules_on_odd_text():
-    """The string-kernel path (pyarrow, RE2) decides only rows it can be sure of: random responses from tags,
-    every kind of whitespace Python's isspace knows, Unicode digits, signs, commas, $ and %, score as per row."""
-    from rlhooks.plugins.rewards.functions import BUILTIN_FUNCTIONS
-
-    rng = np.random.default_rng(7)
-    parts = ["<reasoning>", "</reasoning>", "<answer>", "</answer>", "<", "r", "x y", " ", "\n", "\t", "\xa0", "\u2003",
-             "\x1c", "\x85", "42", "4,2", "-4", "+.5", "5.", "٣", "1e3", "$", "%", ",", ".", "E", "é", "The answer is 7"]
-    shapes = ["<reasoning>{a}</reasoning>{b}<answer>{c}</answer>{d}", "{a}<reasoning>{b}</reasoning><answer>{c}</answer>",
-              "<reasoning>{a}</reasoning><answer>{b}</answer>{c}<answer>{d}</answer>", "{a}{b}{c}{d}"]
-    def piece() -> str:
-        return "".join(rng.choice(parts, rng.integers(0, 3)).tolist())
-    responses, targets = [], []
-    for i in range(3000):  # above COLUMNS_FROM: the kernels run
-        shape = shapes[i % len(shapes)] if i % 7 else shapes[0]
-        responses.append(shape.format(a=piece() or "think", b=piece(), c=piece() or "42", d=piece() if i % 3 == 0 else ""))
-        targets.append(str(rng.choice(["42", "4,2", "-4", "0.5", "5", "$42", "42%", "٣", "x", "42.", " 42", "1e3", "46.2", "0"])))
+def _assert_score_batch_equals_per_row(responses: list, targets: list) -> None:
     rs, ts = np.array(responses, dtype=object), np.array(targets, dtype=object)
     for name, fn in BUILTIN_FUNCTIONS.items():
         want = [fn(r, t) for r, t in zip(responses, targets)]
         got = fn.score_batch(rs, ts).tolist()
         bad = [(r, t, g, w) for r, t, g, w in zip(responses, targets, got, want) if g != w]
-        assert not bad, (name, bad[:3])
+        assert not bad, (name, len(bad), bad[:3])
+
+
+def test_score_batch_over_columns_equals_the_per_row_rules_on_odd_text():
+    """The column scan decides only rows it can be sure of: random responses from tags (also cut in two, and
+    across rows), every kind of whitespace Python's isspace knows, NUL, Unicode digits, signs, commas, $ and %,
+    score as per row."""
+    rng = np.random.default_rng(7)
+    parts = ["<reasoning>", "</reasoning>", "<answer>", "</answer>", "<", "<ans", "wer>", "answer>", "</reason", "ing>",
+             "r", "x y", " ", "\n", "\t", "\xa0", "\u2003", "\u3000", "\x1c", "\x85", "\x00", "42", "4,2", "-4", "+.5",
+             "5.", "..", "9" * 30, "٣", "４", "1e3", "$", "%", ",", ".", "+", "-", "E", "é", "€", "The answer is 7"]
+    shapes = ["<reasoning>{a}</reasoning>{b}<answer>{c}</answer>{d}", "{a}<reasoning>{b}</reasoning><answer>{c}</answer>",
+              "<reasoning>{a}</reasoning><answer>{b}</answer>{c}<answer>{d}</answer>", "{a}{b}{c}{d}",
+              "<reasoning>{a}</reasoning>{b}<answer>{c}{d}"]
+    def piece() -> str:
+        return "".join(rng.choice(parts, rng.integers(0, 3)).tolist())
+    responses, targets = [], []
+    for i in range(3000):  # above COLUMNS_FROM: the columns are scanned
+        shape = shapes[i % len(shapes)] if i % 7 else shapes[0]
+        responses.append(shape.format(a=piece() or "think", b=piece(), c=piece() or "42", d=piece() if i % 3 == 0 else ""))
+        targets.append(str(rng.choice(["42", "4,2", "-4", "0.5", "5", "$42", "42%", "٣", "x", "42.", " 42", "1e3", "46.2", "0",
+                                       "", "$", ".", "+.5", "5.", "1,2,3", "9" * 30, "-0"])))
+    _assert_score_batch_equals_per_row(responses, targets)
+
+
+#: rows next to the common shape, each on one side of a rule the column scan decides (or leaves to the per-row
+#: function); in this order, so that some rows end in a cut tag that the next row completes
+EDGES = [
+    "<reasoning>x</reasoning><answer>42</answer>",
+    "<reasoning>x</reasoning><answer>42</answer>\n", "<reasoning>x</reasoning><answer>42</answer>\u3000",  # blank after
+    "<reasoning>x</reasoning><answer>42</answer> ok", "<reasoning>x</reasoning><answer>42</answer></answer>",
+    "<reasoning>x</reasoning><answer></answer>", "<reasoning>x</reasoning><answer> 42</answer>",  # empty, blank first
+    "<reasoning>x</reasoning><answer>\xa042</answer>", "<reasoning>x</reasoning><answer>\x0042</answer>",
+    "<reasoning>x</reasoning><answer>é</answer>", "<reasoning>x</reasoning><answer>٣</answer>",  # not ASCII
+    "<reasoning>x</reasoning><answer>4<2</answer>", "<reasoning>x</reasoning><answer><b>4</b></answer>",  # '<' in Z
+    "<reasoning>x</reasoning><answer><reasoning></answer>",
+    "<reasoning>x</reasoning><answer>1</answer><answer>2</answer>", "<reasoning>x</reasoning><answer>1<answer>2</answer>",
+    "<reasoning></reasoning><answer>1</answer>", "<reasoning> </reasoning><answer>1</answer>",  # X empty, blank
+    "<reasoning>\u3000</reasoning><answer>1</answer>", "<reasoning>é</reasoning><answer>1</answer>",
+    "<reasoning></reasoning></reasoning><answer>1</answer>", "<reasoning><reasoning>a</reasoning><answer>1</answer>",
+    "<reasoning>a</answer></reasoning><answer>1</answer>", "<reasoning>a<answer>0</answer></reasoning><answer>1</answer>",
+    "<reasoning>a<answer>1</answer>", "<reasoning>a</reasoning>\n<answer>1</answer>", "<reasoning>a</rXasoning><answer>1</answer>",
+    " <reasoning>a</reasoning><answer>1</answer>", "\u2003<reasoning>a</reasoning><answer>1</answer>",
+    "é<reasoning>a</reasoning><answer>1</answer>", "x<reasoning>a</reasoning><answer>1</answer>",
+    "<reasoning>a</reasoning><answer>1</answer", "<reasoning>a</reasoning><answer>1", "<reasoning>a</reasoning><answer>",
+    "<reasoning>a</reasoning><answer>1</answer><ans", "wer>7</answer>", "<reasoning>a</reasoning><answer>1</ans",
+    "wer>", "<reasoning>a</reasoning><answer>7</answer><", "answer>8", "<reasoni", "ng>a</reasoning><answer>1</answer>",
+    "<answer>", "</answer>", "<reasoning>", "<", "", "<reasoning></reasoning><answer></answer>", "<<answer>>5",
+    *("<reasoning>a</reasoning><answer>" + z + "</answer>" for z in (
+        "1,234", "-3.5", "+.5", "-.5", ".5", "5.", "1,,2", "1.2.3", "$5", "5%", "$$5", "9" * 400, "1e3", "42 apples",
+        "-,5", ".,5", "1.2,3", "--5", "4 2", "42.", "0.0", "-0", "٣", "４2", "2٣", "2.٣", "Paris.", "New   York",
+        "46.2", "50.4", "37.8")),
+    "<reasoning>a</reasoning><answer>42 apples", "<reasoning>a</reasoning><answer>-٣",
+]
+TARGETS = ["42", "1234", "1,234", "-3.5", "0.5", "5", "5.", "$5", "5%", "", "$", ".", "+", "1,2,3", "9" * 400, "٣",
+           "paris", "new york", " 42", "42.", "1e3", "-0", "x"]
+
+
+@pytest.mark.parametrize("extra", [-1, 0, 1, 2000])  # both sides of COLUMNS_FROM (per distinct pair, scanned)
+def test_score_batch_equals_the_per_row_rules_next_to_the_common_shape(extra):
+    from rlhooks.plugins.rewards.functions import COLUMNS_FROM
+
+    n = COLUMNS_FROM + extra
+    responses = [EDGES[i % len(EDGES)] for i in range(n)]
+    targets = [TARGETS[(i // len(EDGES) + i) % len(TARGETS)] for i in range(n)]  # every pair, over the cycles
+    _assert_score_batch_equals_per_row(responses, targets)
+
+
+def test_score_batch_decides_the_common_shapes_over_the_columns(monkeypatch):
+    """Well-formed responses, an unclosed answer, text before the tags, no tags and "" are scored without the per-row
+    functions; so are numbers as answers and targets (a text answer that is not the target is left to them)."""
+    import rlhooks.plugins.rewards.functions as F
+
+    per_row = []
+    monkeypatch.setattr(F, "_per_row", lambda fn, out, idx, *_: per_row.extend(idx.tolist()))
+    answers = ["42", "1,234", "-3.5", "7", "Paris"]
+    rows = [f"<reasoning>step {i}, é \u3000</reasoning>\n<answer>{answers[i % 5]}</answer>" for i in range(1500)]
+    rows += ["<reasoning>r</reasoning><answer>42", "Sure: <reasoning>r</reasoning><answer>42</answer>", "no tags", ""]
+    targets = [answers[i % 3] for i in range(len(rows))]  # equal, not equal, numbers; 1,234 vs 1234
+    for name, fn in BUILTIN_FUNCTIONS.items():
+        fn.score_batch(np.array(rows, dtype=object), np.array(targets, dtype=object))
+        paris = name.startswith("check")  # check_answer: "Paris" vs a number; check_numbers: no number first
+        assert all(i % 5 == 4 and i < 1500 for i in per_row) and (paris or not per_row), (name, per_row[:5])
+        per_row.clear()
+
+
+def test_score_batch_over_columns_takes_text_only():
+    """Bytes (in UTF-8 or not), number targets and lone surrogates in a batch of COLUMNS_FROM rows or more score as
+    per row: the columns hold text that UTF-8 can hold; anything else is scored per distinct pair."""
+    from rlhooks.plugins.rewards.functions import COLUMNS_FROM
+
+    good = "<reasoning>r</reasoning><answer>42</answer>"
+    for odd_response, odd_target in [(b"<reasoning>r</reasoning><answer>42</answer>", "42"), (b"\xff<answer>4", "4"),
+                                     (good, 42), (good, 42.0), (good, b"42"), ("<answer>\ud800</answer>", "42"),
+                                     (good, "\ud800"), (np.str_(good), np.str_("42"))]:
+        responses = [good, "<reasoning>r</reasoning><answer>41</answer>"] * (COLUMNS_FROM // 2) + [odd_response]
+        targets = ["42"] * COLUMNS_FROM + [odd_target]
+        _assert_score_batch_equals_per_row(responses, targets)

@@ -220,175 +220,267 @@ def _score_distinct(fn: Callable[..., float]) -> Callable[[np.ndarray, np.ndarra
     return score_batch
 
 
-# -- score_batch: the rules above over whole columns (pyarrow's string kernels, RE2), equal row for row ------------
-# A row the kernels cannot decide with certainty (leading whitespace, several <answer> tags, text around a number,
-# a number with letters, ...) is scored by the per-row function: the vectorized path is an exact shortcut for the
-# common shapes, never a second implementation of the edge cases.
+# -- score_batch: the rules above over whole columns, equal row for row ---------------------------------------------
+# The responses' UTF-8 bytes go into one buffer (an arrow large_string array); numpy finds every '<' there, the tag it
+# starts and its row, and decides the common shapes from each row's tag counts and positions. The tags are ASCII, so
+# a tag's byte position is a character boundary and counting tags in bytes is str.count. A row the scan cannot decide
+# with certainty (leading whitespace, several <answer> tags, text after </answer>, a byte >= 0x80 where blankness or
+# a digit matters, an answer or target that is not a plain number, ...) is scored by the per-row function: the scan
+# is an exact shortcut for the common shapes, never a second implementation of the edge cases. No Python loop runs
+# over the rows.
 
-#: str.isspace()'s characters (Python 3.11: bidirectional WS/B/S or category Zs), as an RE2 class body
-_SPACE = r"\t\n\x0b\x0c\r\x1c-\x1f \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}"
-#: X's first character after <reasoning>: not blank and not the start of a </reasoning> (then X is not blank and
-#: the first </reasoning> is the one extract_answer picks)
-_X_START = "^<reasoning>[^" + _SPACE + "<]"
-#: some </reasoning> before an <answer>
-_X_END = "</reasoning>(?s:.)*<answer>"
-#: Z at the end: a non-blank first character, no further tag, </answer> last
-_Z = "<answer>(?P<z>[^" + _SPACE + "<][^<]*)</answer>$"
-#: text that is a number in the sense of _as_number when it has only these characters (no space, letter, exponent)
-_PLAIN = r"^[0-9,+\-$%.]+$"
-#: _as_number of a plain text without its commas: an optional leading $, a float literal, an optional trailing %
+_RS, _RE, _AS, _AE = 1, 2, 3, 4  # tag kinds: <reasoning>, </reasoning>, <answer>, </answer>; 0: a '<' of no tag
+_TAGS = ((_RS, REASONING_START), (_RE, REASONING_END), (_AS, ANSWER_START), (_AE, ANSWER_END))
+#: by kind (0: no tag): each tag's first 8 bytes and its last 8 as little-endian words, and its length; and the kind
+#: of a tag by its second and third bytes (they tell the four apart)
+_HEAD, _TAIL, _LENGTH = np.zeros(5, np.uint64), np.zeros(5, np.uint64), np.full(5, 8)
+_BY_PAIR = np.zeros(1 << 16, np.int8)
+for _kind, _tag in _TAGS:
+    _b = _tag.encode()
+    _HEAD[_kind], _TAIL[_kind] = int.from_bytes(_b[:8], "little"), int.from_bytes(_b[-8:], "little")
+    _LENGTH[_kind], _BY_PAIR[int.from_bytes(_b[1:3], "little")] = len(_b), _kind
+#: zero bytes after a column's last row, so that the scan reads 8 bytes from any byte of a row, and the byte after
+#: <reasoning> at any row's start, without a bounds check
+_PAD = 16
+
+
+def _bytes_where(test: Callable[[int], bool]) -> np.ndarray:
+    return np.array([test(b) for b in range(256)])
+
+
+#: a byte that is a whole character and not str.isspace(): certainly not blank (a byte >= 0x80 belongs to a
+#: character that may be blank, such as U+00A0 or U+3000)
+_INK = _bytes_where(lambda b: b < 128 and not chr(b).isspace())
+#: text of only these characters is a number in the sense of _as_number or none, decided here (no space, letter,
+#: exponent or Unicode digit)
+_PLAIN = _bytes_where(lambda b: b > 0 and chr(b) in "0123456789,+-$%.")
+#: _as_number of a plain text without its commas when that is not a float literal: one inside an optional leading $
+#: and trailing %
 _NUMERIC = r"^\$?(?P<v>[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))%?$"
-#: the first number right after the <answer> tag (check_numbers' _NUMBER, in ASCII digits)
-_FIRST_NUMBER = r"<answer>(?P<n>[-+]?[0-9][0-9,]*(?:\.[0-9]+)?|[-+]?\.[0-9]+)"
+#: one whole _NUMBER match in ASCII digits (Python's \d is every Unicode digit)
+_ONE_NUMBER = r"^[-+]?(?:[0-9][0-9,]*(?:\.[0-9]+)?|\.[0-9]+)$"
 
 
-def _arrow(values: np.ndarray) -> Any:
+def _utf8(values: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(offsets, data): value i's UTF-8 bytes are data[offsets[i]:offsets[i + 1]], and _PAD zero bytes follow the last;
+    None unless every value is text (a str, or bytes in UTF-8: what the per-row functions decode them to) that UTF-8
+    can hold (not a lone surrogate). A number or None is not text: a number target keeps its own meaning."""
     import pyarrow as pa
 
-    return pa.array(values.tolist(), type=pa.large_string())
+    texts = values.tolist()
+    texts.append("\0" * _PAD)
+    try:
+        array = pa.array(texts, type=pa.large_string())
+    except (pa.ArrowException, UnicodeEncodeError):
+        return None
+    if array.null_count:
+        return None
+    _, offsets, data = array.buffers()
+    return np.frombuffer(offsets, np.int64)[:len(values) + 1], np.frombuffer(data, np.uint8)
 
 
-def _mask(array: Any) -> np.ndarray:
-    return np.asarray(array.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+def _strings(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray | None = None) -> Any:
+    """An arrow large_string array of rows data[offsets[i]:offsets[i + 1]]; null where not valid."""
+    import pyarrow as pa
+
+    bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    buffers = [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.large_string(), len(offsets) - 1, buffers)
 
 
-def _tail(rs: Any) -> tuple[np.ndarray, Any, np.ndarray]:
-    """(rows with exactly one <answer> that end ``<answer>Z</answer>``, Z non-blank and tag-free; Z there, else
-    null; rows with any <answer>)."""
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+def _gather(data: np.ndarray, begin: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, bytes) of the rows data[begin[i]:stop[i]], one after another."""
+    offsets = _offsets(stop - begin)
+    return offsets, data[np.repeat(begin - offsets[:-1], stop - begin) + np.arange(offsets[-1])]
+
+
+def _count(mask: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Each row's number of true bytes in mask (over the rows' bytes; offsets from 0)."""
+    total = np.zeros(len(mask) + 1, np.int64)
+    np.cumsum(mask, out=total[1:])
+    return np.diff(total[offsets])
+
+
+def _as_floats(array: Any) -> np.ndarray:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    z = pc.struct_field(pc.extract_regex(rs, _Z), "z")
-    ends = _mask(pc.is_valid(z))
-    one = ends & ~_mask(pc.match_substring_regex(rs, "<answer>(?s:.)*<answer>"))
-    tagged = ends.copy()
-    if not ends.all():
-        tagged[~ends] = _mask(pc.match_substring_regex(pc.filter(rs, pa.array(~ends)), "<answer>"))
-    return one, z, tagged
+    return np.array(pc.cast(array, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
-def _answers(rs: Any) -> tuple[np.ndarray, Any, np.ndarray]:
-    """(rows whose answer is known, their answers as an arrow array of every row (null elsewhere), rows that need
-    extract_answer): a row is known when it has exactly one <answer>, starts <reasoning> + a non-blank character,
-    closes </reasoning> before <answer> and ends ``<answer>Z</answer>`` with Z non-blank and tag-free; a row
-    without <answer> or </answer> has none."""
+def _bare(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray) -> Any:
+    """The rows without their commas (as _as_number drops them), null where not valid or then empty."""
+    comma = data == ord(",")
+    lengths = np.diff(offsets) - _count(comma, offsets)
+    return _strings(_offsets(lengths), data[~comma], valid & (lengths > 0))
+
+
+def _numbers(offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(plain, value): whether a row has only [0-9,+-$%.] (then its _as_number is decided here) and _as_number there
+    (NaN for None, and where not plain). The rows' bytes start at data[0]."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    known, z, tagged = _tail(rs)
-    known = known.copy()
-    known[known] = _mask(pc.match_substring_regex(pc.filter(rs, pa.array(known)), _X_START))
-    known[known] = _mask(pc.match_substring_regex(pc.filter(rs, pa.array(known)), _X_END))
-    unsure = ~known & tagged
-    if unsure.any():  # without </answer>: no answer
-        unsure[unsure] = _mask(pc.match_substring_regex(pc.filter(rs, pa.array(unsure)), "</answer>"))
-    return known, z, unsure
-
-
-def _numbers(texts: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(plain: rows whose _as_number is decided here, value: _as_number where plain, NaN for None)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    plain = _mask(pc.match_substring_regex(texts, _PLAIN))
-    bare = pc.replace_substring(texts, ",", "")
+    data = data[:offsets[-1]]
+    plain = _count(~np.take(_PLAIN, data), offsets) == 0
+    bare = _bare(offsets, data, plain)
     try:  # the usual column: every text a float literal once its commas are gone
-        number = pc.cast(bare, pa.float64())
+        value = _as_floats(bare)
     except pa.ArrowInvalid:  # else the literal inside an optional $ ... %, null where there is none
-        number = pc.cast(pc.struct_field(pc.extract_regex(bare, _NUMERIC), "v"), pa.float64())
-    value = np.array(number.to_numpy(zero_copy_only=False), dtype=np.float64)
+        value = _as_floats(pc.struct_field(pc.extract_regex(bare, _NUMERIC), "v"))
     value[~np.isfinite(value)] = np.nan  # null (no number) and, as in _as_number, not finite
     return plain, value
 
 
-def _per_row(fn: Callable[..., float], out: np.ndarray, rows: np.ndarray, responses: np.ndarray, targets: np.ndarray) -> None:
-    idx = np.flatnonzero(rows)
+def _undot(offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows without a trailing '.' (_normalize of a plain text, which has no space, letter or case)."""
+    last = offsets[1:] - 1
+    dot = (last >= offsets[:-1]) & (data[np.maximum(last, 0)] == ord("."))
+    if not dot.any():
+        return offsets, data
+    keep = np.ones(offsets[-1], bool)
+    keep[last[dot]] = False
+    return _offsets(np.diff(offsets) - dot), data[:offsets[-1]][keep]
+
+
+def _equal(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    import pyarrow.compute as pc
+
+    return np.asarray(pc.equal(_strings(*a), _strings(*b)).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _matches(rows: tuple[np.ndarray, np.ndarray], pattern: str) -> np.ndarray:
+    import pyarrow.compute as pc
+
+    return np.asarray(pc.match_substring_regex(_strings(*rows), pattern).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+class _Tags:
+    """Where the four tags are in each response: per row its byte range (start, end), its count of each tag
+    (count[:, kind]), whether it starts with <reasoning> (lead) or with a byte certainly not blank (inked), its first
+    <answer>'s byte position (answer; -1 without) and the next '<' after that (after)."""
+
+    def __init__(self, offsets: np.ndarray, data: np.ndarray) -> None:
+        n = len(offsets) - 1
+        self.data, self.start, self.end = data, offsets[:-1], offsets[1:]
+        # every '<' of the rows (the pad has none), then a sentinel: row i's are lt[lo[i]:hi[i]], and lt[lo[i]] is
+        # always there
+        lt = np.append(np.flatnonzero(data == ord("<")), offsets[-1])
+        bounds = np.searchsorted(lt, offsets)
+        lo, hi = bounds[:-1], bounds[1:]
+        row = np.repeat(np.arange(n), hi - lo)
+        # the tag a '<' starts: picked by its second and third bytes, then its first 8 bytes and its last 8 compared
+        # whole (unaligned 8-byte words of the buffer), ending inside the row
+        words = np.ndarray((len(data) - 7,), "<u8", data, strides=(1,))
+        at = lt[:-1]
+        first8 = words[at]
+        tag = np.take(_BY_PAIR, (first8 >> np.uint64(8)) & np.uint64(0xFFFF))
+        length = np.take(_LENGTH, tag)
+        kind = np.append(tag * ((first8 == np.take(_HEAD, tag)) & (words[at + length - 8] == np.take(_TAIL, tag))
+                                & (at + length <= self.end[row])), 0)
+        self.count = np.bincount(row * 5 + kind[:-1], minlength=5 * n).reshape(n, 5)
+        self.lead = (lo < hi) & (lt[lo] == self.start) & (kind[lo] == _RS)  # (an empty row's lt[lo] is a later row's)
+        self.inked = (self.end > self.start) & np.take(_INK, data[self.start])
+        # each row's first <answer> as an index of lt: the answers before the row's are counted (without one: the
+        # next row's, or the sentinel)
+        answers = np.append(np.flatnonzero(kind == _AS), len(lt) - 1)
+        first = answers[np.cumsum(self.count[:, _AS]) - self.count[:, _AS]]
+        self.answer = np.where(self.count[:, _AS] > 0, lt[first], -1)
+        self.after = lt[np.minimum(first + 1, len(lt) - 1)]
+        self._lt, self._kind, self._lo, self._hi, self._first = lt, kind, lo, hi, first
+
+    def answers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(known, z0, z1, unsure): extract_answer is data[z0:z1] on the known rows, certainly None on the rows
+        neither known nor unsure, and needed on the unsure rows.
+
+        Known: ``<reasoning>X</reasoning>Y<answer>Z</answer>`` from the row's first byte to its last, with one
+        <answer> and one </answer>, a </reasoning> before the <answer>, X's first byte certainly not blank and not
+        '<' (so the first </reasoning> closes X) and Z's first byte certainly not blank. None: no <answer>, no
+        </answer>, or a first byte certainly not blank that does not start <reasoning>."""
+        c, lt, kind, data = self.count, self._lt, self._kind, self.data
+        z0, z1 = self.answer + len(ANSWER_START), self.end - len(ANSWER_END)
+        x = data[self.start + len(REASONING_START)]  # X's first byte where the row starts with <reasoning> (else
+        # another row's or the pad's)
+        closes = np.r_[0, np.cumsum(kind == _RE)]  # closes[i]: the </reasoning> tags among lt[:i]
+        last = self._hi - 1  # the row's last '<'
+        known = (self.lead & (c[:, _AS] == 1) & (c[:, _AE] == 1) & (kind[last] == _AE) & (lt[last] == z1)
+                 & (closes[self._first] > closes[self._lo]) & np.take(_INK, x) & (x != ord("<"))
+                 & (z1 > z0) & np.take(_INK, data[z0]))
+        none = (c[:, _AS] == 0) | (c[:, _AE] == 0) | (~self.lead & self.inked)
+        return known, z0, z1, ~known & ~none
+
+
+def _per_row(fn: Callable[..., float], out: np.ndarray, idx: np.ndarray, responses: np.ndarray, targets: np.ndarray
+             ) -> None:
     if len(idx):
         out[idx] = [fn(r, t) for r, t in zip(responses[idx].tolist(), targets[idx].tolist())]
 
 
-def _format_exact_batch(responses: np.ndarray, targets: np.ndarray, rs: Any) -> np.ndarray:
-    known, _, unsure = _answers(rs)
+def _format_exact_batch(responses: np.ndarray, targets: np.ndarray, rs: tuple, ts: Any) -> np.ndarray:
+    known, _, _, unsure = _Tags(*rs).answers()
     out = np.where(known, 3.0, 0.0)
-    _per_row(format_exact, out, unsure, responses, targets)
+    _per_row(format_exact, out, np.flatnonzero(unsure), responses, targets)
     return out
 
 
-def _format_approx_batch(responses: np.ndarray, targets: np.ndarray, rs: Any) -> np.ndarray:
-    import pyarrow.compute as pc
+def _format_approx_batch(responses: np.ndarray, targets: np.ndarray, rs: tuple, ts: Any) -> np.ndarray:
+    tags = _Tags(*rs)
+    out = np.where(tags.lead, 0.5, -0.5)
+    for kind, _ in _TAGS:
+        out += np.where(tags.count[:, kind] == 1, 0.5, -0.5)
+    spaced = ~tags.lead & ~tags.inked & (tags.end > tags.start)  # maybe leading whitespace: per row
+    _per_row(format_approx, out, np.flatnonzero(spaced), responses, targets)
+    return out
 
+
+def _check_answer_batch(responses: np.ndarray, targets: np.ndarray, rs: tuple, ts: tuple) -> np.ndarray:
+    tags = _Tags(*rs)
+    known, z0, z1, unsure = tags.answers()
+    rows = np.flatnonzero(known)
+    z, t = _gather(tags.data, z0[rows], z1[rows]), _gather(ts[1], ts[0][rows], ts[0][rows + 1])
+    exact = _equal(z, t)
+    # only [0-9,+-$%.] in both: numbers decided here, and _normalize drops a trailing '.' and nothing else
+    plain, value = _numbers(np.r_[z[0], z[0][-1] + t[0][1:]], np.r_[z[1], t[1]])  # both at once
+    plain, a, b = plain[:len(rows)] & plain[len(rows):], value[:len(rows)], value[len(rows):]
+    same = _equal(_undot(*z), _undot(*t))
     out = np.zeros(len(responses))
-    for tag in (REASONING_START, REASONING_END, ANSWER_START, ANSWER_END):
-        once = np.asarray(pc.count_substring_regex(rs, tag).to_numpy(zero_copy_only=False)) == 1
-        out += np.where(once, 0.5, -0.5)
-    starts = _mask(pc.starts_with(rs, REASONING_START))
-    out += np.where(starts, 0.5, -0.5)
-    spaced = ~starts & _mask(pc.match_substring_regex(rs, "^[" + _SPACE + "]"))  # leading whitespace: per row
-    _per_row(format_approx, out, spaced, responses, targets)
+    with np.errstate(invalid="ignore"):  # NaN (not a number): no comparison holds, -1.0
+        diff, tol = np.abs(a - b), np.abs(b) * (1 + 1e-9)
+        graded = np.where(diff <= 0.1 * tol, 0.5, np.where(diff <= 0.2 * tol, 0.25, -1.0))
+    out[rows] = np.where(exact, 3.0, np.where(same, 1.5, graded))
+    unsure[rows[~exact & ~plain]] = True
+    _per_row(check_answer, out, np.flatnonzero(unsure), responses, targets)
     return out
 
 
-def _check_answer_batch(responses: np.ndarray, targets: np.ndarray, rs: Any) -> np.ndarray:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    known, z, unsure = _answers(rs)
-    ts = _arrow(targets)
-    exact = known & _mask(pc.equal(z, ts))
-    rest = known & ~exact
-    out = np.where(exact, 3.0, 0.0)
-    if rest.any():
-        pick = pa.array(rest)
-        zr, tr = pc.filter(z, pick), pc.filter(ts, pick)
-        z_plain, a = _numbers(zr)
-        t_plain, t = _numbers(tr)
-        plain = z_plain & t_plain  # only [0-9,+-$%.]: _normalize drops a trailing '.' and nothing else
-        dotted = _mask(pc.ends_with(zr, ".")) | _mask(pc.ends_with(tr, "."))  # else equal after _normalize: equal
-        same = np.zeros(len(dotted), dtype=bool)
-        if dotted.any():
-            zd, td = pc.filter(zr, pa.array(dotted)), pc.filter(tr, pa.array(dotted))
-            same[dotted] = _mask(pc.equal(pc.replace_substring_regex(zd, r"\.$", ""), pc.replace_substring_regex(td, r"\.$", "")))
-        both = ~np.isnan(a) & ~np.isnan(t)
-        with np.errstate(invalid="ignore"):
-            diff, tol = np.abs(a - t), np.abs(t) * (1 + 1e-9)
-            graded = np.where(diff <= 0.1 * tol, 0.5, np.where(diff <= 0.2 * tol, 0.25, -1.0))
-        rows = np.flatnonzero(rest)
-        out[rows[plain]] = np.where(same, 1.5, np.where(both, graded, -1.0))[plain]
-        unsure[rows[~plain]] = True
-    _per_row(check_answer, out, unsure, responses, targets)
-    return out
-
-
-def _check_numbers_batch(responses: np.ndarray, targets: np.ndarray, rs: Any) -> np.ndarray:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    known, z, tagged = _tail(rs)
-    # one <answer>, its Z starting with a number in ASCII text (Python's \d is every Unicode digit): decided here;
-    # any other row with an <answer>: per row
-    known = known.copy()
+def _check_numbers_batch(responses: np.ndarray, targets: np.ndarray, rs: tuple, ts: tuple) -> np.ndarray:
+    tags = _Tags(*rs)
+    rows = np.flatnonzero(tags.answer >= 0)  # no <answer>: 0.0
+    # from the first <answer> to the next '<' or the row's end: when that is one ASCII number, it is the first number
+    # after <answer>; else (text or space first, Unicode digits, ...) per row
+    text = _gather(tags.data, tags.answer[rows] + len(ANSWER_START), np.minimum(tags.after[rows], tags.end[rows]))
+    sure = _matches(text, _ONE_NUMBER)
+    guess = _as_floats(_bare(*text, sure))  # a float literal once its commas are gone
+    t_plain, value = _numbers(*ts)
+    sure &= t_plain[rows]
     out = np.zeros(len(responses))
-    if known.any():
-        zs = pc.filter(z, pa.array(known))
-        n = pc.struct_field(pc.extract_regex(zs, "^" + _FIRST_NUMBER.removeprefix("<answer>")), "n")
-        sure = _mask(pc.is_valid(n)) & _mask(pc.string_is_ascii(zs))
-        t_plain, t = _numbers(pc.filter(_arrow(targets), pa.array(known)))
-        guess = np.asarray(pc.cast(pc.replace_substring(n, ",", ""), pa.float64()).to_numpy(zero_copy_only=False),
-                           dtype=np.float64)  # a number as _NUMBER matches it: a float once its commas are gone
-        sure &= t_plain
-        rows = np.flatnonzero(known)
-        out[rows] = np.where(sure & ~np.isnan(guess) & (guess == t), 1.5, 0.0)
-        known[rows[~sure]] = False
-    _per_row(check_numbers, out, ~known & tagged, responses, targets)
+    out[rows] = np.where(sure & (guess == value[rows]), 1.5, 0.0)
+    _per_row(check_numbers, out, rows[~sure], responses, targets)
     return out
 
 
-#: from this many rows, score_batch runs the string kernels (each compiles its RE2 pattern: 10-80 us a call; fewer
-#: rows are scored per distinct pair)
+#: from this many rows, score_batch scans the columns; fewer are scored per distinct pair (a group often repeats a
+#: response, and the scan's fixed cost is that of ~100-400 distinct rows scored one by one)
 COLUMNS_FROM = 1024
 
 
-def _score_columns(fn: Callable[..., float], columns: Callable[..., np.ndarray]
+def _score_columns(fn: Callable[..., float], columns: Callable[..., np.ndarray], uses_targets: bool
                    ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     distinct = _score_distinct(fn)
 
@@ -397,23 +489,21 @@ def _score_columns(fn: Callable[..., float], columns: Callable[..., np.ndarray]
         targets = np.asarray(targets, dtype=object)
         if len(responses) < COLUMNS_FROM:
             return distinct(responses, targets)
-        import pyarrow as pa
-
-        # text only (a number target keeps its own meaning; bytes are decoded per row)
-        if set(map(type, responses.tolist())) != {str} or set(map(type, targets.tolist())) != {str}:
+        rs = _utf8(responses)
+        ts = _utf8(targets) if uses_targets else None  # the format functions ignore the target
+        if rs is None or (uses_targets and ts is None):  # not all text, or not all UTF-8 can hold
             return distinct(responses, targets)
-        try:
-            return columns(responses, targets, _arrow(responses))
-        except pa.ArrowException:  # text arrow does not hold (a lone surrogate): per row
-            return distinct(responses, targets)
+        return columns(responses, targets, rs, ts)
 
-    score_batch.__doc__ = f"{fn.__name__} per row, over the columns (string kernels; per row where they cannot decide)."
+    score_batch.__doc__ = f"{fn.__name__} per row, over the columns (a tag scan; per row where it cannot decide)."
     return score_batch
 
 
-for _fn, _columns in ((format_exact, _format_exact_batch), (format_approx, _format_approx_batch),
-                      (check_answer, _check_answer_batch), (check_numbers, _check_numbers_batch)):
-    _fn.score_batch = _score_columns(_fn, _columns)  # type: ignore[attr-defined]
+for _fn, _columns, _uses_targets in ((format_exact, _format_exact_batch, False),
+                                    (format_approx, _format_approx_batch, False),
+                                    (check_answer, _check_answer_batch, True),
+                                    (check_numbers, _check_numbers_batch, True)):
+    _fn.score_batch = _score_columns(_fn, _columns, _uses_targets)  # type: ignore[attr-defined]
 
 
 #: name -> function, in the order the verl adapter applies them by default
