@@ -135,13 +135,21 @@ class Registry:
         self._discover()
 
     def _discover(self) -> None:
+        # One scan of the installed distributions for every group (each entry_points() call reads every
+        # distribution's entry_points.txt and METADATA), and each distribution's name and version read once
+        # (each .metadata access parses its METADATA again): a registry is built per run and per CLI command.
+        everything = md.entry_points()
+        dists: dict[int, tuple[str, str]] = {}
         for kind, group in GROUPS.items():
             seen: set[tuple[str, str, str]] = set()
-            for ep in md.entry_points(group=group):
+            for ep in everything.select(group=group):
                 dist = getattr(ep, "dist", None)
-                # a distribution half-written by pip (or left so by an interrupted install) has no name
-                dname = (dist.metadata["Name"] if dist is not None else None) or "<unknown>"
-                dver = dist.version if dist is not None else "?"
+                if id(dist) not in dists:
+                    meta = dist.metadata if dist is not None else None
+                    # a distribution half-written by pip (or left so by an interrupted install) has no name
+                    dists[id(dist)] = ((meta["Name"] if meta is not None else None) or "<unknown>",
+                                       (meta["Version"] if meta is not None else None) or "?")
+                dname, dver = dists[id(dist)]
                 key = (_norm(dname), ep.name, ep.value)
                 if key in seen:  # the same distribution seen twice on sys.path
                     continue
