@@ -1,7 +1,10 @@
-"""Import cost: a fresh interpreter importing rlhooks (the plugin API), rlhooks.host and the pytest
+"""Start-up cost: a fresh interpreter importing rlhooks (the plugin API), rlhooks.host and the pytest
 plugin (loaded by every pytest session where rlhooks is installed), against ``import pluggy`` and
 ``import torch`` as context. Each time is a whole ``python -c "import X"`` process, median of
 several, minus a bare ``python -c pass``; the modules each one loads are counted from ``sys.modules``.
+Then building the plugin registry (every command and run does, and so do many tests), against
+discovery as it was before the seventh session of issues 36-40: one ``entry_points()`` scan per group,
+each entry's distribution name and version parsed from its METADATA again.
 
     .venv/bin/python -m benchmarks.bench_import [--quick]
 """
@@ -14,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks.harness import Result, markdown_table
+from benchmarks.harness import Result, markdown_table, median_time
 
 #: libraries none of the rlhooks imports below may load (tests/core/test_public_api.py enforces it)
 HEAVY = ("torch", "wandb", "tensorboard", "matplotlib", "ray", "verl")
@@ -48,7 +51,25 @@ def run(quick: bool = False) -> list[Result]:
                               note="reference: import pluggy"))
     torch_s = process_time("import torch", max(1, repeat // 2)) - bare
     results.append(Result("import torch (context: what import rlhooks cost before)", torch_s, None))
+    results.append(registry_build(repeat * 3))
     return results
+
+
+def registry_build(repeat: int) -> Result:
+    import importlib.metadata as md
+
+    from rlhooks.core.registry import GROUPS, Registry
+
+    def scan_per_group() -> list[tuple[str, str, str, str]]:  # the discovery Registry did before
+        return [(kind, ep.name, ep.dist.metadata["Name"], ep.dist.version)
+                for kind, group in GROUPS.items() for ep in md.entry_points(group=group)]
+
+    found = {(e.kind, e.name, e.dist, e.version) for e in Registry().entries()}
+    assert found == set(scan_per_group()), "the two discoveries differ"
+    ours, ref = median_time(Registry, repeat), median_time(scan_per_group, repeat)
+    return Result(f"plugin registry built: {len(found)} entry points, {len(list(md.distributions()))} distributions "
+                  "installed", ours, ref,
+                  note="reference: one entry_points() scan per group, METADATA parsed per entry point")
 
 
 def main() -> None:
