@@ -122,6 +122,18 @@ class EntryInfo:
         return self.obj
 
 
+def _name_and_version(dist: Any) -> tuple[str, str]:
+    """A distribution's name and version; "<unknown>" and "?" for one half-written by pip (or left so by an
+    interrupted install): no METADATA, which Python 3.10-3.13 read as empty, 3.14 as None and 3.15 raises."""
+    try:
+        meta = dist.metadata if dist is not None else None
+    except FileNotFoundError:
+        meta = None
+    if meta is None:
+        return "<unknown>", "?"
+    return meta.get("Name") or "<unknown>", meta.get("Version") or "?"
+
+
 class Registry:
     """All rlhooks entry points installed in this environment, by kind and name."""
 
@@ -139,17 +151,14 @@ class Registry:
         # distribution's entry_points.txt and METADATA), and each distribution's name and version read once
         # (each .metadata access parses its METADATA again): a registry is built per run and per CLI command.
         everything = md.entry_points()
-        dists: dict[int, tuple[str, str]] = {}
+        dists: dict[Any, tuple[str, str]] = {}
         for kind, group in GROUPS.items():
             seen: set[tuple[str, str, str]] = set()
             for ep in everything.select(group=group):
                 dist = getattr(ep, "dist", None)
-                if id(dist) not in dists:
-                    meta = dist.metadata if dist is not None else None
-                    # a distribution half-written by pip (or left so by an interrupted install) has no name
-                    dists[id(dist)] = ((meta["Name"] if meta is not None else None) or "<unknown>",
-                                       (meta["Version"] if meta is not None else None) or "?")
-                dname, dver = dists[id(dist)]
+                if dist not in dists:
+                    dists[dist] = _name_and_version(dist)
+                dname, dver = dists[dist]
                 key = (_norm(dname), ep.name, ep.value)
                 if key in seen:  # the same distribution seen twice on sys.path
                     continue

@@ -1,7 +1,9 @@
 """Registry behaviour against distributions really installed with pip (see conftest.py)."""
 
+import importlib.metadata as md
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -133,7 +135,29 @@ def test_half_installed_distribution_without_metadata_does_not_break_discovery(t
     monkeypatch.syspath_prepend(str(tmp_path))
     reg = Registry()
     entry = reg.info("backend", "half_done")
-    assert entry.dist == "<unknown>"
+    assert (entry.dist, entry.version) == ("<unknown>", "?")
     assert "console" in reg.names("backend")  # the rest of discovery went on
     with pytest.raises(BrokenPluginError, match="half_done_module"):
         reg.resolve("backend", "half_done")
+
+
+def test_a_distribution_whose_metadata_raises_reads_as_half_installed():
+    """Python 3.15's importlib.metadata raises MetadataNotFound (a FileNotFoundError) where 3.10-3.13 read a missing
+    METADATA as empty and 3.14 as None: all three read as the half-written distribution above."""
+    from rlhooks.core.registry import _name_and_version
+
+    class Missing(md.PathDistribution):  # 3.15's behaviour, on this Python's real distribution class
+        @property
+        def metadata(self):
+            raise FileNotFoundError("METADATA")
+
+    class NoMetadata(md.PathDistribution):  # 3.14's
+        @property
+        def metadata(self):
+            return None
+
+    for cls in (Missing, NoMetadata):
+        assert _name_and_version(cls(Path("/nonexistent.dist-info"))) == ("<unknown>", "?")
+    assert _name_and_version(None) == ("<unknown>", "?")
+    rlhooks = next(d for d in md.distributions() if d.metadata["Name"] == "rlhooks")
+    assert _name_and_version(rlhooks) == ("rlhooks", rlhooks.version)

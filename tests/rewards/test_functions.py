@@ -254,3 +254,24 @@ def test_score_batch_over_columns_takes_text_only():
         responses = [good, "<reasoning>r</reasoning><answer>41</answer>"] * (COLUMNS_FROM // 2) + [odd_response]
         targets = ["42"] * COLUMNS_FROM + [odd_target]
         _assert_score_batch_equals_per_row(responses, targets)
+
+
+def test_score_batch_over_columns_with_every_target_empty():
+    """A dataset without ground truths: every decided row's target is empty (no byte to read for the trailing-'.' rule)."""
+    from rlhooks.plugins.rewards.functions import COLUMNS_FROM
+
+    good = "<reasoning>r</reasoning><answer>42</answer>"
+    _assert_score_batch_equals_per_row([good] * COLUMNS_FROM, [""] * COLUMNS_FROM)
+    _assert_score_batch_equals_per_row([good, "x"] * (COLUMNS_FROM // 2), [""] * COLUMNS_FROM)
+
+
+@pytest.mark.parametrize("target", [np.float64(42.0), np.float32(42.0), np.int64(42), np.int32(41)])
+def test_numpy_number_targets_score_as_the_python_number(target):
+    """verl's ground truths often come from a parquet column: numpy 2's repr of np.float64(42.0) is
+    'np.float64(42.0)', and np.int64 is no int; both read as the Python number, per row and over a batch."""
+    good = "<reasoning>r</reasoning><answer>42</answer>"
+    python = target.item()
+    for fn in BUILTIN_FUNCTIONS.values():
+        assert fn(good, target) == fn(good, python), (fn.__name__, target)
+    _assert_score_batch_equals_per_row([good] * 1100, [target] * 1100)
+    assert check_numbers(good, target) == (1.5 if python == 42 else 0.0)

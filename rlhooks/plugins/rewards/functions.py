@@ -33,6 +33,7 @@ check_numbers  1.5 when the first number after ``<answer>`` (optional sign, digi
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Callable
 from typing import Any
@@ -64,9 +65,10 @@ def _text(value: Any, what: str) -> str:
 
 
 def _target(value: Any) -> str:
-    # verl ground truths are often numbers; anything else is a caller error.
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return repr(value) if isinstance(value, float) else str(value)
+    # verl ground truths are often numbers, numpy's too (a parquet column): 42 -> "42", 42.0 and np.float64(42.0) ->
+    # "42.0" (numpy 2's repr would be "np.float64(42.0)"); anything else is a caller error.
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+        return str(int(value)) if isinstance(value, numbers.Integral) else repr(float(value))
     return _text(value, "target")
 
 
@@ -340,6 +342,8 @@ def _numbers(offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def _undot(offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The rows without a trailing '.' (_normalize of a plain text, which has no space, letter or case)."""
+    if not offsets[-1]:  # every row empty (e.g. no target given): nothing to drop, and no byte to read
+        return offsets, data
     last = offsets[1:] - 1
     dot = (last >= offsets[:-1]) & (data[np.maximum(last, 0)] == ord("."))
     if not dot.any():
