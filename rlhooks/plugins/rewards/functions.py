@@ -4,8 +4,9 @@ Each is a plain function ``fn(response: str, target: str, **info) -> float`` (ex
 arguments are accepted and ignored), usable in ``rewards:`` by name, from Python, and through
 ``rlhooks.engines.verl.reward_function.compute_score`` as verl's custom reward function.
 Each carries ``reward_range = (low, high)``, which the reward monitor uses for coverage, and a
-``score_batch(responses, targets)`` that scores each distinct (response, target) pair once (the
-functions are pure; a simulated group often repeats one response 8 times).
+``score_batch(responses, targets)``, equal to the function row by row: below ``COLUMNS_FROM`` rows it scores
+each distinct (response, target) pair once (the functions are pure; a simulated group often repeats one
+response 8 times), from there it scans the columns (see "score_batch" below).
 
 Scoring rules (pinned by tests/rewards/test_functions.py):
 
