@@ -150,13 +150,19 @@ def test_score_batch_scores_each_distinct_pair_once_and_equals_per_row_scores():
     assert counted(np.zeros(0, object), np.zeros(0, object)).shape == (0,)
 
 
-def _assert_score_batch_equals_per_row(responses: list, targets: list) -> None:
+def _batch_vs_per_row(responses: list, targets: list) -> dict[str, tuple[int, list]]:
+    """Per function, the rows where score_batch differs from the per-row function: (how many, the first three as
+    (response, target, batch score, per-row score)); empty when they agree everywhere."""
     rs, ts = np.array(responses, dtype=object), np.array(targets, dtype=object)
+    out = {}
     for name, fn in BUILTIN_FUNCTIONS.items():
         want = [fn(r, t) for r, t in zip(responses, targets)]
         got = fn.score_batch(rs, ts).tolist()
+        assert len(got) == len(want), name
         bad = [(r, t, g, w) for r, t, g, w in zip(responses, targets, got, want) if g != w]
-        assert not bad, (name, len(bad), bad[:3])
+        if bad:
+            out[name] = (len(bad), bad[:3])
+    return out
 
 
 def test_score_batch_over_columns_equals_the_per_row_rules_on_odd_text():
@@ -178,7 +184,7 @@ def test_score_batch_over_columns_equals_the_per_row_rules_on_odd_text():
         responses.append(shape.format(a=piece() or "think", b=piece(), c=piece() or "42", d=piece() if i % 3 == 0 else ""))
         targets.append(str(rng.choice(["42", "4,2", "-4", "0.5", "5", "$42", "42%", "٣", "x", "42.", " 42", "1e3", "46.2", "0",
                                        "", "$", ".", "+.5", "5.", "1,2,3", "9" * 30, "-0"])))
-    _assert_score_batch_equals_per_row(responses, targets)
+    assert not _batch_vs_per_row(responses, targets)
 
 
 #: rows next to the common shape, each on one side of a rule the column scan decides (or leaves to the per-row
@@ -221,7 +227,7 @@ def test_score_batch_equals_the_per_row_rules_next_to_the_common_shape(extra):
     n = COLUMNS_FROM + extra
     responses = [EDGES[i % len(EDGES)] for i in range(n)]
     targets = [TARGETS[(i // len(EDGES) + i) % len(TARGETS)] for i in range(n)]  # every pair, over the cycles
-    _assert_score_batch_equals_per_row(responses, targets)
+    assert not _batch_vs_per_row(responses, targets)
 
 
 def test_score_batch_decides_the_common_shapes_over_the_columns(monkeypatch):
@@ -253,7 +259,7 @@ def test_score_batch_over_columns_takes_text_only():
                                      (good, "\ud800"), (np.str_(good), np.str_("42"))]:
         responses = [good, "<reasoning>r</reasoning><answer>41</answer>"] * (COLUMNS_FROM // 2) + [odd_response]
         targets = ["42"] * COLUMNS_FROM + [odd_target]
-        _assert_score_batch_equals_per_row(responses, targets)
+        assert not _batch_vs_per_row(responses, targets)
 
 
 def test_score_batch_over_columns_with_every_target_empty():
@@ -261,8 +267,8 @@ def test_score_batch_over_columns_with_every_target_empty():
     from rlhooks.plugins.rewards.functions import COLUMNS_FROM
 
     good = "<reasoning>r</reasoning><answer>42</answer>"
-    _assert_score_batch_equals_per_row([good] * COLUMNS_FROM, [""] * COLUMNS_FROM)
-    _assert_score_batch_equals_per_row([good, "x"] * (COLUMNS_FROM // 2), [""] * COLUMNS_FROM)
+    assert not _batch_vs_per_row([good] * COLUMNS_FROM, [""] * COLUMNS_FROM)
+    assert not _batch_vs_per_row([good, "x"] * (COLUMNS_FROM // 2), [""] * COLUMNS_FROM)
 
 
 @pytest.mark.parametrize("target", [np.float64(42.0), np.float32(42.0), np.int64(42), np.int32(41)])
@@ -273,5 +279,5 @@ def test_numpy_number_targets_score_as_the_python_number(target):
     python = target.item()
     for fn in BUILTIN_FUNCTIONS.values():
         assert fn(good, target) == fn(good, python), (fn.__name__, target)
-    _assert_score_batch_equals_per_row([good] * 1100, [target] * 1100)
+    assert not _batch_vs_per_row([good] * 1100, [target] * 1100)
     assert check_numbers(good, target) == (1.5 if python == 42 else 0.0)
