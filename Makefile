@@ -61,15 +61,15 @@ bench-quick: bench-quick-suite
 	$(PY) -m benchmarks.cpu_learning --quick --out runs/bench-cpu-learning-quick
 
 # every benchmarks/bench_*.py in quick mode (CI runs this; its V1 smoke run is make bench-learning's, which runs
-# the same benchmarks.cpu_learning path for 10 steps)
+# the same benchmarks.cpu_learning path for 4 steps)
 bench-quick-suite: setup-test
 	$(PY) -m benchmarks.run_all --quick
 
 # the simulator's --compare configurations on the real CPU learner, on verl's V1 trainer (dapo and uniform, seeds
 # 0-2, 40 steps; docs/how-to/cpu-learner.md): writes benchmarks/CPU_LEARNING.md, .json and docs/img/cpu_learning.png,
 # beside the legacy trainer's runs (--trainer legacy); what it costs: docs/DEVELOPMENT.md ("make bench-learning on V1")
-# CI passes BENCH_LEARNING_ARGS="--configs dapo --seeds 0 --steps 10 --test-freq 5 --val-max-samples 64 --no-write"
-# (its time budget: one shorter V1 run, validated at steps 0, 5 and 10 on 64 prompts; not compared with the legacy
+# CI passes BENCH_LEARNING_ARGS="--configs dapo --seeds 0 --steps 4 --test-freq 2 --val-max-samples 64 --no-write"
+# (its time budget: one shorter V1 run, validated at steps 0, 2 and 4 on 64 prompts; not compared with the legacy
 # seeds' 40-step finals)
 bench-learning: setup-test
 	$(PY) -m benchmarks.cpu_learning $(BENCH_LEARNING_ARGS)

@@ -154,18 +154,25 @@ class PromptStage:
         return rollout.concat(payloads), Batch.concat(batches, meta=dict(batches[0].meta))
 
     def _per_source(self, parts: list[tuple[Any, Batch, np.ndarray]], take: list[np.ndarray], n: int) -> None:
-        """Per source: prompts skipped, and trajectories saved (skipped and not forced back in)."""
+        """Per source: prompts skipped, and trajectories saved (skipped and not forced back in); the draws' rows
+        counted together (one factorize a step, not one a draw: a filter that skips most prompts draws often)."""
+        sources, skipped_rows, saved_rows = [], [], []
         for (_, b, keep), rows in zip(parts, take):
             if DATA_SOURCE not in b or not len(b):
                 continue
             not_generated = ~keep
             not_generated[rows] = False  # forced rows were generated after all
-            names, codes = factorize(np.asarray(b[DATA_SOURCE]))
-            skipped = np.bincount(codes, weights=~keep, minlength=len(names))
-            saved = np.bincount(codes, weights=not_generated, minlength=len(names)) * n
-            for name, s, v in zip(names.tolist(), skipped.tolist(), saved.tolist()):
-                self._add(f"source/{name}/prompts_skipped", s)
-                self._add(f"source/{name}/trajectories_saved", v)
+            sources.append(np.asarray(b[DATA_SOURCE]))
+            skipped_rows.append(~keep)
+            saved_rows.append(not_generated)
+        if not sources:
+            return
+        names, codes = factorize(np.concatenate(sources) if len(sources) > 1 else sources[0])
+        skipped = np.bincount(codes, weights=np.concatenate(skipped_rows), minlength=len(names))
+        saved = np.bincount(codes, weights=np.concatenate(saved_rows), minlength=len(names)) * n
+        for name, s, v in zip(names.tolist(), skipped.tolist(), saved.tolist()):
+            self._add(f"source/{name}/prompts_skipped", s)
+            self._add(f"source/{name}/trajectories_saved", v)
 
     def metrics(self) -> dict[str, float]:
         out = dict(self.step_metrics)

@@ -1,6 +1,6 @@
 """benchmarks/cpu_learning.py (``make bench-learning``) on verl's V1 trainer: the config a V1 run trains with
 (what ``rlhooks train`` builds), the figures read back from verl's own file logger, and the legacy-vs-V1
-comparison the published table carries. The runs themselves are CI's (``make bench-learning``, one 10-step V1
+comparison the published table carries. The runs themselves are CI's (``make bench-learning``, one 4-step V1
 run; ``make bench-quick`` adds a 2-step V1 smoke run for a developer): minutes on 2 cores."""
 
 from __future__ import annotations
