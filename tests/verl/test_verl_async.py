@@ -139,21 +139,32 @@ def test_rlhooks_share_of_a_step_is_measured_and_logged(tmp_path, monkeypatch) -
         def on_step_end(self, step, batch, metrics):
             time.sleep(0.05)
 
+    from rlhooks.engines.verl.v1.trainer import TRACE_ENV
+
     seen_timing = []
     trainer = v1_trainer(tmp_path, monkeypatch, SlowStepEnd(), 2)
+    trace = tmp_path / "trace.txt"
+    monkeypatch.setenv(TRACE_ENV, str(trace))  # benchmarks/v1_generation.py's trace of the same intervals
 
     def step(metrics, timing_raw):
         from transfer_queue import KVBatchMeta
 
         started = time.perf_counter()
-        with trainer.rlhooks_time(), trainer.rlhooks_time():  # nested: counted once
+        with trainer.rlhooks_time("judge"), trainer.rlhooks_time("inner"):  # nested: counted once
             time.sleep(0.03)
         seen_timing.append((timing_raw, time.perf_counter() - started))
         return KVBatchMeta(partition_id="train", keys=[], tags=[])
 
     trainer.step = step
     trainer._load_checkpoint()
+    started = time.time()
     trainer.fit(agent_loop_manager=None)
+    # one line per outermost interval, in wall time, under the outermost's name: judge, step 1's end, ...
+    lines = [line.split() for line in trace.read_text().splitlines()]
+    assert [what for _, _, what in lines] == ["judge", "step_end", "judge", "step_end"]
+    spans = [(float(a), float(b)) for a, b, _ in lines]
+    assert all(started <= a <= b <= time.time() for a, b in spans)
+    assert all(a >= prev_b for (a, _), (_, prev_b) in zip(spans[1:], spans))  # in order, not overlapping
     # in verl's timing_raw (verl names it timing_s/rlhooks), counted once: not more than the block took
     assert [0.03 <= t["rlhooks"] <= block for t, block in seen_timing] == [True, True]
     seen_timing = [t for t, _ in seen_timing]
@@ -163,6 +174,26 @@ def test_rlhooks_share_of_a_step_is_measured_and_logged(tmp_path, monkeypatch) -
     for step, t in zip((1, 2), seen_timing):
         end = logged[step]["timing_s/rlhooks_step_end"]
         assert logged[step]["timing/rlhooks_share"] == pytest.approx((t["rlhooks"] + end) / (t["step"] + end))
+    # the traced intervals are the measured ones (step 1's end is logged with step 2)
+    assert [b - a for a, b in spans[::2]] == pytest.approx([t["rlhooks"] for t in seen_timing], abs=1e-3)
+    assert spans[1][1] - spans[1][0] == pytest.approx(logged[2]["timing_s/rlhooks_step_end"], abs=1e-3)
+
+
+def test_the_trace_of_rlhooks_intervals_is_written_only_where_its_variable_is_set(tmp_path, monkeypatch) -> None:
+    import time
+
+    from rlhooks.engines.verl.v1.trainer import TRACE_ENV, trace_interval
+
+    trace = tmp_path / "trace.txt"
+    monkeypatch.delenv(TRACE_ENV, raising=False)
+    trace_interval(0.5, "judge")
+    assert not trace.exists()
+    monkeypatch.setenv(TRACE_ENV, str(trace))
+    trace_interval(0.5, "judge")
+    trace_interval(0.0, "step_end")
+    (a, b, what), (c, d, what2) = (line.split() for line in trace.read_text().splitlines())
+    assert (what, what2) == ("judge", "step_end") and float(b) - float(a) == pytest.approx(0.5, abs=1e-5)
+    assert float(c) == float(d) and float(b) <= float(d) <= time.time()
 
 
 def test_separate_async_refuses_verls_broken_hybrid_engine_false_path_before_any_worker_starts() -> None:

@@ -21,8 +21,10 @@ how-many-th such request this is), so a resumed run regenerates what the uninter
 A benchmark instrument (issue 40 item 4, ``benchmarks/v1_generation.py``): with ``RLHOOKS_CPU_ROLLOUT_STUB``
 set to a rate in tokens a second, the server does not run the model: each batch takes its tokens / rate seconds
 and each request gets one of two canned answers (chosen by its seed: a group's rewards vary, so filters keep
-groups); ``RLHOOKS_CPU_ROLLOUT_LOG`` names a file where each batch appends ``<time> <requests> <tokens>`` and each sleep
-and wake-up ``<time> sleep`` / ``<time> wake``.
+groups); ``RLHOOKS_CPU_ROLLOUT_LOG`` names a file where each batch appends ``<time> <requests> <tokens>`` (at its
+end, after its tokens / rate seconds) and each sleep and wake-up ``<time> sleep`` / ``<time> wake``. Its
+counterpart in the trainer, ``RLHOOKS_V1_TRACE`` (``v1.trainer.TRACE_ENV``, an absolute path), gets a line
+``<start> <end> <what>`` per timed rlhooks interval (``judge``, ``dispatch``, ``step_end``), in the same wall time.
 """
 
 from __future__ import annotations

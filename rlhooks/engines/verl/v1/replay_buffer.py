@@ -249,7 +249,7 @@ class RLHooksReplayBuffer(ReplayBuffer):
         (dropped by a filter), for each of ``uids`` not in ``stale`` (groups verl evicts as too stale, which
         the filters do not judge)."""
         assert self.trainer is not None
-        with self.trainer.rlhooks_time():  # the step's timing_s/rlhooks
+        with self.trainer.rlhooks_time("judge"):  # the step's timing_s/rlhooks
             return self._judge(partition_id, uids, stale)
 
     def _judge(self, partition_id: str, uids: set[str], stale: set[str] | frozenset[str]) -> dict[str, float | None]:

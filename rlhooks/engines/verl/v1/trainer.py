@@ -227,9 +227,9 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
     _rlhooks_timing_depth = 0
 
     @contextmanager
-    def rlhooks_time(self) -> Iterator[None]:
+    def rlhooks_time(self, what: str = "rlhooks") -> Iterator[None]:
         """Counts the time inside toward the step's ``timing_s/rlhooks`` (outermost use only: nesting
-        counts once)."""
+        counts once); ``what`` names it in the ``RLHOOKS_V1_TRACE`` file."""
         self._rlhooks_timing_depth += 1
         start = time.perf_counter()
         try:
@@ -237,12 +237,14 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         finally:
             self._rlhooks_timing_depth -= 1
             if not self._rlhooks_timing_depth:
-                self._rlhooks_seconds += time.perf_counter() - start
+                took = time.perf_counter() - start
+                self._rlhooks_seconds += took
+                trace_interval(took, what)
 
     def _submit_batch_to_rollout(self, batch):
         """The prompts verl is about to hand the agent loop: prompt filters (with top-ups from the sampler),
         then on_batch_sampled, then verl's dispatch."""
-        with self.rlhooks_time():
+        with self.rlhooks_time("dispatch"):
             batch = self._prompts_for_rollout(batch)
             self.replay_buffer.remember_dispatched(batch)  # rows and sources: judging does not read them back
         return super()._submit_batch_to_rollout(batch)
@@ -309,6 +311,7 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         if table is not None:
             metrics[DAPO_FILTERED_REWARD_COUNTS_KEY] = table
         self._rlhooks_step_end_seconds = time.perf_counter() - end_start  # logged with the next step
+        trace_interval(self._rlhooks_step_end_seconds, "step_end")
         stop = self.rl.stop_requested  # a plugin's run.request_stop(reason): checkpoint this step, end
         if stop and self._saved_folder is None:
             self._save_checkpoint()
@@ -442,6 +445,21 @@ class RLHooksPPOTrainerSync(PPOTrainerSync):
         return batch
 
 
+#: a file each timed rlhooks interval (``timing_s/rlhooks``, ``timing_s/rlhooks_step_end``) appends
+#: ``<start> <end> <what>`` to, in wall-clock seconds (``time.time()``, as the stub rollout's log):
+#: ``benchmarks/v1_generation.py`` traces them against the stub server's idle time. Unset: nothing is written.
+TRACE_ENV = "RLHOOKS_V1_TRACE"
+
+
+def trace_interval(took: float, what: str) -> None:
+    """An interval of ``took`` seconds that ends now, into the ``RLHOOKS_V1_TRACE`` file if that is set."""
+    path = os.environ.get(TRACE_ENV)
+    if path:
+        end = time.time()
+        with open(path, "a") as fh:
+            fh.write(f"{end - took:.6f} {end:.6f} {what}\n")
+
+
 def rebuilt_loader(loader: StatefulDataLoader, dataset: Any, *, sampler: Any, batch_size: int) -> StatefulDataLoader:
     """verl's train ``loader`` over ``dataset`` with ``sampler`` (None: the loader's own) and ``batch_size``, every
     other constructor argument as verl gave it (read back from the loader)."""
@@ -521,4 +539,5 @@ class _PromptSource:
         return tu.concat_tensordict([p.exclude("global_steps") if "global_steps" in p.keys() else p for p in payloads])
 
 
-__all__ = ["RLHooksPPOTrainerSync", "adapter_functions", "prompt_uid", "tq_checkpoint_wanted"]
+__all__ = ["TRACE_ENV", "RLHooksPPOTrainerSync", "adapter_functions", "prompt_uid", "trace_interval",
+           "tq_checkpoint_wanted"]
