@@ -268,6 +268,41 @@ def test_a_weight_load_decodes_the_requests_delivered_before_it_first(server_par
     assert asyncio.run(request_then_load()).token_ids == expected
 
 
+def test_a_request_behind_an_abort_waits_for_resume_as_vllms_do(server_parts):
+    """vLLM's server stops admitting at ``abort_all_requests`` (its engine's ``pause_generation``; 0.9.1 also closes a
+    submission gate) until ``resume_generation``: a request arriving in between is parked, not generated (in
+    colocate_async the actor trains then), or answered ``aborted`` when the abort rejects late arrivals (0.9.1)."""
+    abort = ast.unparse(VLLM_SERVER_METHODS["abort_all_requests"])
+    resume = ast.unparse(VLLM_SERVER_METHODS["resume_generation"])
+    assert "pause_generation(" in abort and ("resume_generation(" in resume or "open_submission_gate(" in resume)
+    if "_park_until_admitted" in VLLM_SERVER_METHODS:  # 0.9.1: rejecting answers an empty "aborted" output
+        park = ast.unparse(VLLM_SERVER_METHODS["_park_until_admitted"])
+        assert "self._rejecting" in park and "stop_reason='aborted'" in park and "token_ids=[]" in park
+    server, prompt = _server(server_parts), [1, 5, 6, 7, 8]
+    sampling = {"temperature": 2.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "max_tokens": 8}
+
+    async def parked_until_resumed():
+        await server.abort_all_requests()
+        request = asyncio.ensure_future(server.generate(prompt, dict(sampling), request_id="late"))
+        await asyncio.sleep(0.2)  # 40 batch windows: an admitted request would have been decoded
+        parked = not request.done()
+        await server.resume_generation()
+        return parked, await request
+
+    parked, output = asyncio.run(parked_until_resumed())
+    assert parked and output.token_ids and output.stop_reason in ("completed", "length")
+
+    async def rejected_then_resumed():
+        await server.abort_all_requests(reject_request=True)
+        rejected = await server.generate(prompt, dict(sampling), request_id="rejected")
+        await server.resume_generation()
+        return rejected, await server.generate(prompt, dict(sampling), request_id="after")
+
+    rejected, after = asyncio.run(rejected_then_resumed())
+    assert rejected.stop_reason == "aborted" and rejected.token_ids == []
+    assert after.token_ids and after.stop_reason in ("completed", "length")
+
+
 def test_weights_load_from_the_actors_full_tensors(server_parts):
     server = _server(server_parts)
     state = {k: torch.zeros_like(v) for k, v in server.model.state_dict().items()}

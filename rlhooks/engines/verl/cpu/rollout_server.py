@@ -129,6 +129,11 @@ class CPURolloutServer:
         self._issued: Counter = Counter()  # requests per (weights, prompt, params): the seed's last part
         self._queue: list[tuple[_Request, asyncio.Future]] = []  # requests waiting for the next batch
         self._decoding = False
+        # vLLM's submission gate: abort_all_requests closes it, resume_generation opens it; a request that arrives
+        # behind it is parked until then (or answered "aborted" when the abort rejects late arrivals)
+        self._gate_closed = False
+        self._rejecting = False
+        self._reopened: asyncio.Event | None = None  # made by the abort, in the actor's event loop
         self.weight_loads = 0
         self._stub = _Stub.from_env(model_config.local_path, self.eos_token_id)
 
@@ -141,6 +146,11 @@ class CPURolloutServer:
         if image_data or video_data or audio_data:
             raise ValueError("the CPU rollout server generates text only: this request carries images, "
                              "videos or audio (use a vLLM or SGLang rollout for multimodal models)")
+        while self._gate_closed:  # no await between this check and the queueing below
+            if self._rejecting:
+                return TokenOutput(token_ids=[], log_probs=None, stop_reason="aborted",
+                                   extra_fields={"global_steps": self.global_steps})
+            await self._reopened.wait()
         request = self._request(prompt_ids, sampling_params)
         future = asyncio.get_running_loop().create_future()
         self._queue.append((request, future))
@@ -299,11 +309,20 @@ class CPURolloutServer:
         self._flush()  # requests delivered so far run to completion now: none is in flight after this
 
     async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False) -> dict[str, Any]:
+        """As vLLM's: closes the submission gate until ``resume_generation`` (verl's colocate_async aborts, sleeps,
+        trains, loads weights, resumes: nothing generates in between). Requests delivered before it run to
+        completion here instead of returning partial output, so nothing is in flight after it."""
+        self._gate_closed, self._rejecting = True, bool(reject_request)
+        if self._reopened is None or self._reopened.is_set():
+            self._reopened = asyncio.Event()
         self._flush()
-        return {"aborted_count": 0, "request_ids": []}  # nothing in flight (see wait_for_requests_to_drain)
+        return {"aborted_count": 0, "request_ids": []}
 
     async def resume_generation(self):
-        pass  # abort_all_requests drains instead of pausing: nothing to resume
+        """Opens the gate ``abort_all_requests`` closed: parked requests go on."""
+        self._gate_closed = self._rejecting = False
+        if self._reopened is not None:
+            self._reopened.set()
 
     async def abort_request(self, request_id: str, reset_prefix_cache: bool = True) -> dict[str, Any]:
         return {"aborted": False, "request_id": request_id, "error": "Request not found on any server"}
