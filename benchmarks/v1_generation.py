@@ -19,8 +19,9 @@ the first 10% of samples left out as warm-up), builtins / bare per pair; the goa
 test: ~4 min a run on 2 cores at the default rate (~70 s of it generating, the rest starting Ray actors
 and training).
 
-Runs of one config differ by more than 10% on 2 cores, so the pairs alone cannot show 0.98x either way. The
-second figure is measured inside each builtins run. With the stub, generation takes the same time whatever else
+Runs of one config differed by more than 10% on 2 cores while the stub generated during training (below); since
+the CPU server parks what arrives behind verl's abort until ``resume_generation``, as vLLM does, they differ by
+~4% (7.32-7.60 samples a second, 2026-11-29). The second figure is measured inside each builtins run. With the stub, generation takes the same time whatever else
 runs (a batch sleeps its tokens / rate), so rlhooks can hold it back only by keeping the server waiting: while
 rlhooks's code runs in the trainer (judging finished groups before verl refills, the prompt stage before a
 dispatch, the step's end: the intervals of ``timing_s/rlhooks`` and ``timing_s/rlhooks_step_end``) and the
@@ -32,9 +33,9 @@ generation rlhooks could have held back; as a share of the busy seconds, the run
 ``1 - share`` of what it would without rlhooks (removing that waiting would shorten the window by at most those
 seconds). Not counted: rlhooks code that ends while the server is busy can still delay the trainer's next poll
 by its length (the note gives all rlhooks seconds in the window, the looser bound). Busy seconds, not the seconds
-between verl's sleep and wake calls, are the generation time: the stub decodes requests that reach it while
-flagged asleep, so awake seconds undercounted it by a third to a half (samples per awake second: in the JSON
-only).
+between verl's sleep and wake calls, are the generation time: before the CPU server had vLLM's submission gate, it
+decoded requests that reached it after verl's abort, while flagged asleep, so awake seconds undercounted it by a
+third to a half (samples per awake second: in the JSON only; ``busy_asleep_s`` is now 0).
 """
 
 from __future__ import annotations
@@ -96,8 +97,8 @@ def window_start(batches: list[tuple[float, int, int]], warmup: float) -> int:
 def generation_rate(log: Path, warmup: float = 0.1) -> dict:
     """From the stub server's log: samples a second over the generation window (the server's first to last batch,
     the first 10% of samples left out as warm-up), and per second the server was awake in that window (verl puts
-    a colocated server to sleep while the actor updates; kept for comparison only: the stub decodes requests that
-    reach it while flagged asleep, so awake seconds undercount its busy ones, the tokens / rate decoded)."""
+    a colocated server to sleep while the actor updates; kept for comparison only: before the server parked requests
+    behind verl's abort, it decoded some while flagged asleep, and awake seconds undercounted its busy ones)."""
     batches, events = read_log(log)
     first = window_start(batches, warmup)
     t0, t1 = batches[first][0], batches[-1][0]
