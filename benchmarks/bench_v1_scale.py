@@ -445,6 +445,9 @@ def results(data: dict[str, Any]) -> list[Result]:
         per_step = (read + (EVERY - 1) * plain["bytes"]) / EVERY if plain else read
         if plain:
             note += f"; a step without the table {plain['bytes'] / mib:.2f} MiB"
+            if read - plain["bytes"] > 0.1 * EVERY * v["bytes"]:  # the shown rows alone exceed the period's allowance
+                note += ("; out of reach for a table that shows text at this size: the shown rows' token ids alone are "
+                         "more than 1.1x allows over the table's period (docs/explanation/benchmarks.md, Bytes)")
         out.append(Result(
             case=f"V1 buffer + step end, {n:,} trajectories x {t:,} tokens (ref: verl's ReplayBuffer, DAPO on acc)",
             rlhooks_s=added, reference_s=v["s"], rows=n, peak_bytes=max(j["peak"], e["peak"]), note=note,
@@ -526,7 +529,8 @@ def publish(data: dict[str, Any]) -> list[Result]:
     busy = _busy(data)
     load = (f" (measured on a shared, loaded machine: {load})" if busy else f" (nothing else running: {load})") if load else ""
     write_results({"bench_v1_scale": f"## bench_v1_scale\n\n{data.get('date', time.strftime('%Y-%m-%d'))}; "
-                                     f"{machine()}{load}\n\n{markdown_table(got)}"})
+                                     f"{machine()}{load}\n\n{markdown_table(got)}\n\nChart: cost and bytes against "
+                                     f"trajectories, `docs/img/v1_scale.png`."})
     return got
 
 

@@ -292,6 +292,20 @@ def test_a_request_behind_an_abort_waits_for_resume_as_vllms_do(server_parts):
     parked, output = asyncio.run(parked_until_resumed())
     assert parked and output.token_ids and output.stop_reason in ("completed", "length")
 
+    async def closed_again_before_it_ran():
+        await server.abort_all_requests()
+        request = asyncio.ensure_future(server.generate(prompt, dict(sampling), request_id="again"))
+        await asyncio.sleep(0.05)
+        await server.resume_generation()
+        await server.abort_all_requests()  # before the woken request ran: it must wait for the next resume
+        await asyncio.sleep(0.2)
+        parked = not request.done()
+        await server.resume_generation()
+        return parked, await request
+
+    parked, output = asyncio.run(closed_again_before_it_ran())
+    assert parked and output.token_ids
+
     async def rejected_then_resumed():
         await server.abort_all_requests(reject_request=True)
         rejected = await server.generate(prompt, dict(sampling), request_id="rejected")
