@@ -63,15 +63,20 @@ def _wait_for(what: str, ready, proc: subprocess.Popen, err: Path, timeout: floa
         time.sleep(0.5)
 
 
-def _errors_logged(metrics: Path, start: int) -> float:
-    """``rewards/errors/slow_then_hang`` summed over the steps logged past byte ``start``."""
+def _records(metrics: Path, start: int = 0) -> list[dict]:
+    """The records the running run's metrics.jsonl holds past byte ``start``, whole lines only."""
     if not metrics.is_file():
-        return 0.0
+        return []
     with metrics.open("rb") as fh:
         fh.seek(start)
         data = fh.read()
-    records = [json.loads(x) for x in data[:data.rfind(b"\n") + 1].decode().splitlines()]  # whole lines only
-    return sum(r["metrics"].get("rewards/errors/slow_then_hang") or 0 for r in records if r["kind"] == "metrics")
+    return [json.loads(x) for x in data[:data.rfind(b"\n") + 1].decode().splitlines()]
+
+
+def _errors_logged(metrics: Path, start: int) -> float:
+    """``rewards/errors/slow_then_hang`` summed over the steps logged past byte ``start``."""
+    return sum(r["metrics"].get("rewards/errors/slow_then_hang") or 0 for r in _records(metrics, start)
+               if r["kind"] == "metrics")
 
 
 def _signal_run(tmp_path: Path, train: list[str], env: dict, sig: signal.Signals, after_step: int,
@@ -115,10 +120,7 @@ def _is_rollout_server(p) -> bool:
 
 def _run_starts(metrics: Path) -> int:
     """``run_start`` records in the run's metrics.jsonl (a resumed run appends its own)."""
-    if not metrics.is_file():
-        return 0
-    data = metrics.read_bytes()
-    return sum(json.loads(x)["kind"] == "run_start" for x in data[:data.rfind(b"\n") + 1].decode().splitlines())
+    return sum(r["kind"] == "run_start" for r in _records(metrics))
 
 
 def _kill_server_run(tmp_path: Path, train: list[str], env: dict, servers_expected: int) -> tuple[int, str, int]:
