@@ -20,6 +20,13 @@ from rlhooks.engines.verl.main import build_config, compose_verl_config, split_o
 pytestmark = pytest.mark.verl
 
 
+@pytest.fixture(autouse=True)
+def _in_a_scratch_directory(tmp_path, monkeypatch):
+    """A real start takes the run's lock and writes runs/<name>/ in the working directory: in the checkout, two
+    xdist workers starting the default run (gsm8k) at once refused each other as 'in use' (CI, 2026-11-29)."""
+    monkeypatch.chdir(tmp_path)
+
+
 def test_split_overrides_routes_by_prefix():
     verl, rl, path = split_overrides([
         "data.train_batch_size=8", "+rlhooks.run.max_num_gen_batches=3", "rlhooks.filters[0].metric=score",
