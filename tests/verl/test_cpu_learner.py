@@ -177,33 +177,42 @@ def test_the_documented_commands_train_for_real_and_report_the_validation_curve(
     assert (run_dir / "report" / "overview.png").stat().st_size > 0
 
 
-@pytest.mark.slow  # four starts refused before Ray (~15 s each), on the documented run's checkpoints
-def test_rlhooks_train_refuses_a_damaged_or_deleted_checkpoint_before_ray(documented_run):
+@pytest.mark.slow  # the documented run's checkpoints; four starts refused before Ray, in this process (~2 s each)
+def test_rlhooks_train_refuses_a_damaged_or_deleted_checkpoint_before_ray(documented_run, capfd, monkeypatch):
     """The documented run kept one checkpoint (max_actor_ckpt_to_keep=1); then another run sharing the checkpoints,
     a truncated actor file (also with --dry-run) and the tracked step deleted: each later start exits 1 before Ray
-    starts, with one error naming the file and the way out, no traceback (issue 38)."""
+    starts, with one error naming the file and the way out, no traceback (issue 38). The starts are
+    ``rlhooks.cli.main`` in this process, the CLI's own code from its arguments on: each was a fresh interpreter
+    importing verl (~15 s of CI time apiece, issue 36)."""
     import shutil
+
+    from rlhooks.cli import main as rlhooks_main
 
     ckpt = documented_run / "runs" / "verl-cpu-tiny" / "checkpoints"
     assert sorted(p.name for p in ckpt.iterdir()) == ["global_step_2", TRACKER]  # rotated after the commit
+    monkeypatch.chdir(documented_run)  # the example config's paths are relative, as the documented commands run
+
+    def start(*args: str) -> tuple[int, str]:
+        with platform.installed():  # `trainer.device=cpu` installs the CPU platform: this process's verl gets it back
+            code = rlhooks_main(list(TRAIN[1:] + args))
+        return code, capfd.readouterr().err
 
     # another run sharing the directory is refused before Ray (issue 38: it resumed step 2 and trained nothing)
-    other = _run_module(documented_run, *TRAIN, "rlhooks.run.name=other", f"trainer.default_local_dir={ckpt}",
-                        "trainer.total_training_steps=3")
-    assert other.returncode == 1 and "Traceback" not in other.stderr, other.stderr[-3000:]
+    code, err = start("rlhooks.run.name=other", f"trainer.default_local_dir={ckpt}", "trainer.total_training_steps=3")
+    assert code == 1 and "Traceback" not in err, err[-3000:]
     assert ("was written by run 'verl-cpu-tiny' on the V1 trainer in mode rlhooks_sync, and this is run 'other' on "
-            "the V1 trainer in mode rlhooks_sync") in other.stderr, other.stderr[-3000:]
+            "the V1 trainer in mode rlhooks_sync") in err, err[-3000:]
     assert not (documented_run / "runs" / "other" / "metrics.jsonl").exists()  # no run started
 
     model = ckpt / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt"
 
     def refusal(*extra):  # the start refuses before Ray (checks.start_issues): one error, one problem line
-        out = _run_module(documented_run, *TRAIN, "trainer.total_training_steps=3", *extra)
-        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
-        assert "rlhooks train: verl's output" not in out.stderr  # Ray never started
-        assert [line for line in out.stderr.splitlines() if line.startswith("error:")] == [
-            f"error: invalid verl config (from {EXAMPLE} and the command line): 1 problem"], out.stderr[-3000:]
-        return next(line for line in out.stderr.splitlines() if line.startswith("  - trainer.default_local_dir: "))
+        code, err = start("trainer.total_training_steps=3", *extra)
+        assert code == 1 and "Traceback" not in err, err[-3000:]
+        assert "rlhooks train: verl's output" not in err  # Ray never started
+        assert [line for line in err.splitlines() if line.startswith("error:")] == [
+            f"error: invalid verl config (from {EXAMPLE} and the command line): 1 problem"], err[-3000:]
+        return next(line for line in err.splitlines() if line.startswith("  - trainer.default_local_dir: "))
 
     model.write_bytes(model.read_bytes()[:100])
     for extra in [(), ("--dry-run",)]:  # the dry run refuses what the start refuses
