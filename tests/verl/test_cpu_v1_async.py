@@ -10,8 +10,8 @@ and with 1 (reward_curriculum, levelling up on the rewards of the groups not evi
 before the last update is evicted), and separate_async (dump_ucb; the trainer and a standalone CPU rollout
 server in separate resource pools and actors, weights moved by the CPU gloo checkpoint engine). multi_source and
 time_curriculum are the samplers of the async resume pairs (tests/verl/test_v1_resume_async.py: colocate_async and
-separate_async); multi_source runs on V1 sync too (tests/verl/test_v1_builtins.py, which checks every built-in
-sampler is one of these runs'). rlhooks's metrics are read
+separate_async); multi_source runs on V1 sync too (`rlhooks train`'s run in tests/verl/test_cpu_v1_learner.py,
+which checks every built-in sampler is one of these runs'). rlhooks's metrics are read
 back from its jsonl backend and verl's from the same records (rlhooks merges them before verl logs).
 Slow: Ray and the runs cost minutes on 2 cores.
 """

@@ -8,8 +8,9 @@ the config selects, the config errors) run in the default suite; the runs cost m
 (``slow``; see the report in docs/how-to/cpu-learner.md for the measured figure).
 
 One more V1 run: ``rlhooks train`` itself (the rlhooks TaskRunner, hooks and replay buffer), cut to the
-cheapest run that still runs every part (see ``train_command_run``); slow too: why it is not in the default
-suite is in docs/DEVELOPMENT.md ("A cut-down V1 run").
+cheapest run that still runs every part, with the built-ins together (see ``train_command_run``): what its user
+sees and every built-in's metrics and files; slow too: why it is not in the default suite is in docs/DEVELOPMENT.md
+("A cut-down V1 run").
 """
 
 from __future__ import annotations
@@ -207,22 +208,26 @@ def test_the_example_config_is_a_v1_cpu_run():
 TRAIN_COMMAND_STEPS = 2
 
 
+#: the alert of the cut-down run's reward_monitor
+ALERT = {"metric": "rewards/count", "condition": "greater", "threshold": 0.0, "level": "warning",
+         "message": "fires every step (the test's alert)"}
+
+
 def train_command(out: Path, name: str, policy_dir: Path, data: Path, *extra: str,
-                  val_before_train: bool = False) -> list[str]:
+                  val_before_train: bool = False, rlhooks: dict | None = None) -> list[str]:
     """``rlhooks train``'s arguments for the cut-down run: an rlhooks YAML (written to ``out``) with the dapo
     filter, two reward functions, source_metrics and reward_monitor (an alert that fires every step), and
     verl overrides for TRAIN_COMMAND_STEPS steps of 4 prompts x 4 answers with validation and a checkpoint at
-    the last one (``extra``: more overrides, e.g. ``trainer.use_v1=false``)."""
+    the last one (``extra``: more overrides, e.g. ``trainer.use_v1=false``; ``rlhooks``: more YAML sections)."""
     import yaml
 
-    alert = {"metric": "rewards/count", "condition": "greater", "threshold": 0.0, "level": "warning",
-             "message": "fires every step (the test's alert)"}
     (out / "rlhooks.yaml").write_text(yaml.safe_dump({
         "run": {"out_dir": str(out / "runs"), "name": name},
         "filters": [{"name": "dapo", "metric": "acc"}],
         "rewards": [{"name": "check_answer", "weight": 2.0}, "format_exact", "source_metrics",
-                    {"name": "reward_monitor", "alerts": [alert]}],
+                    {"name": "reward_monitor", "alerts": [ALERT]}],
         "backends": ["jsonl"],
+        **(rlhooks or {}),
     }))
     return ["train", "--config", str(out / "rlhooks.yaml"),
             *runner.verl_overrides(policy_dir, data, micro_batch=16),
@@ -235,11 +240,26 @@ def train_command(out: Path, name: str, policy_dir: Path, data: Path, *extra: st
             f"trainer.default_local_dir={out / 'ckpt'}", f"trainer.experiment_name={name}", *extra]
 
 
+#: what the V1 run of ``rlhooks train`` adds to the cut-down run's YAML: the other built-ins together (the
+#: multi_source sampler, selective_rollout skipping prompts before the agent loop, top/bottom-k tables) and every
+#: backend but W&B online; the samplers the other V1 runs carry: test_every_builtin_sampler_runs_on_v1_in_one_of_the_real_runs
+BUILTINS = {
+    "sampler": {"name": "multi_source"},
+    # skip prompts seen all-pass / all-fail before (keep 5%): with 8 prompts, step 2 revisits them
+    "prompt_filters": [{"name": "selective_rollout", "p_easy": 0.05, "p_hard": 0.05, "adjust_step": 0.0, "seed": 1}],
+    "samples": [{"name": "top_bottom_k", "k": 2}],
+    # the console without the sample tables (option tables: false): what the terminal shows is checked line by line
+    "backends": [{"name": "console", "tables": False}, "jsonl", "tensorboard", {"name": "wandb", "mode": "offline"}],
+}
+
+
 @pytest.fixture(scope="module")
 def train_command_run(cpu_v1_ray, tmp_path_factory):
     """``rlhooks train`` in this process on the session's Ray (verl's run_ppo joins it): the rlhooks YAML with
-    the dapo filter, two reward functions, source_metrics and reward_monitor (an alert that fires), on verl's
-    default trainer (V1, sync). Returns the run's directory and the records of its metrics.jsonl."""
+    the dapo filter, two reward functions, source_metrics and reward_monitor (an alert that fires), and the other
+    built-ins together (``BUILTINS``), on verl's default trainer (V1, sync), 8 prompts. One run for what the user
+    sees and for the built-ins together (they were two runs until CI time needed one, issue 36). Returns the exit
+    code, the run's parent directory and the records of its metrics.jsonl."""
     import time
 
     from ray.util import placement_group_table
@@ -251,7 +271,8 @@ def train_command_run(cpu_v1_ray, tmp_path_factory):
     policy_dir, data = runner.prepare(out / "tiny")
     prepared = time.monotonic()
     # the validation before training (issue 38: step 0 in metrics.jsonl) and the console backend (its line)
-    args = train_command(out, "train-v1", policy_dir, data, "rlhooks.backends=[console,jsonl]", val_before_train=True)
+    args = train_command(out, "train-v1", policy_dir, data, "data.train_max_samples=8", val_before_train=True,
+                         rlhooks=BUILTINS)
     before = set(placement_group_table())
     try:
         with terminal(out / "terminal.txt"):
@@ -344,3 +365,102 @@ def test_what_rlhooks_train_shows_on_v1(train_command_run):
     # item 5: 2 steps are too short for a reward-hacking verdict
     assert "reward hacking check: too short to judge" in shown and "possible reward hacking" not in shown
     print(shown)  # the terminal of a real run (docs/how-to/verl.md quotes it)
+
+
+@pytest.mark.slow  # the same run (train_command_run): the built-ins together on V1
+def test_the_builtins_run_together_on_v1(train_command_run):
+    """The built-ins together on verl's V1 trainer, as ``rlhooks train`` composes them (the rlhooks trainer mode,
+    replay buffer and the ``rewards:`` functions mapped onto verl's reward loop): the multi_source sampler,
+    selective_rollout (prompts skipped before the agent loop), the dapo filter, two weighted reward functions,
+    source_metrics, reward_monitor with an alert, top/bottom-k sample tables, and the console, jsonl, tensorboard
+    and wandb (offline) backends; each one's metrics or files read back from the run. The other samplers and
+    built-ins (format_approx, check_numbers, the per-source and random sample tables) are in the async runs
+    (test_cpu_v1_async.py) and the resume pairs."""
+    import re
+
+    import yaml
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from tests.wandb_records import read_wandb_records
+
+    code, out, records = train_command_run
+    assert code == 0
+    run_dir = out / "runs" / "train-v1"
+    steps = range(1, TRAIN_COMMAND_STEPS + 1)
+    # rewards: reached verl's reward loop as the rlhooks adapter with the entries' weights (the run's config.yaml)
+    verl_cfg = yaml.safe_load((run_dir / "config.yaml").read_text().split("# rlhooks (resolved)")[0])
+    kwargs = verl_cfg["reward"]["custom_reward_function"]["reward_kwargs"]
+    assert list(kwargs["functions"]) == ["check_answer", "format_exact"] and list(kwargs["weights"]) == [2.0, 1.0]
+    logged = {r["step"]: r["metrics"] for r in records if r["kind"] == "metrics" and r["step"] >= 1}
+    assert sorted(logged) == list(steps)
+    for step, m in logged.items():
+        assert m["actor/grad_norm"] > 0
+        # the reward functions, scored in verl's reward-loop workers, read back per function
+        assert {"rewards/functions/check_answer", "rewards/functions/format_exact"} <= set(m)
+        assert m["rewards/errors/check_answer"] == 0 and m["rewards/errors/format_exact"] == 0
+        assert {"contributions/check_answer", "contributions/format_exact"} <= set(m)
+        # the sampler, the prompt stage and the dapo filter
+        assert any(k.startswith("sampler/weight/") for k in m), sorted(m)
+        assert m["prompt_filter/sampled"] >= 1 and "selective_rollout/p_easy" in m
+        assert m["filter/trained_groups"] == 4 and "filter/dropped_constant" in m
+        # kept = trained + the surplus verl discards after draining; the dropped groups are the ones verl evicted
+        assert m["filter/generated_groups"] >= m["filter/kept_groups"] == 4 + m["filter/discarded_surplus"]
+        assert m["filter/generated_groups"] - m["filter/kept_groups"] == m.get("training/filter_groups/evicted_samples", 0)
+        # source_metrics and reward_monitor (the alert fires every step)
+        assert any(k.startswith("source/") and k.endswith("/reward") for k in m), sorted(m)
+        assert m["rewards/count"] > 0 and m["alerts/warning"] >= 1
+    # verl's own logger (its console logger, into verl.log) logged the merged dict: verl's metrics and rlhooks's
+    verl_lines = {int(m.group(1)): m.group(2) for m in re.finditer(r"step:(\d+) - (.*)", (run_dir / "verl.log").read_text())}
+    for step in steps:
+        keys = {part.split(":", 1)[0] for part in verl_lines[step].split(" - ")}
+        assert {"actor/grad_norm", "rewards/functions/check_answer", "filter/trained_groups",
+                "prompt_filter/sampled", "alerts/warning"} <= keys, sorted(keys)
+    # selective_rollout skipped revisited prompts before the agent loop, and the agent loop generated exactly
+    # the prompts that passed: every group scored in a step (the replay buffer's count) is one the prompt
+    # stage let through (sampled - skipped + forced, less the surplus it held back)
+    last = logged[TRAIN_COMMAND_STEPS]
+    assert last["prompt_filter/skipped_total"] > 0, {s: m["prompt_filter/skipped_total"] for s, m in logged.items()}
+    for step, m in logged.items():
+        passed = (m["prompt_filter/sampled"] - m["prompt_filter/skipped"] + m["prompt_filter/forced"]
+                  - m["prompt_filter/surplus"])
+        assert m["filter/generated_groups"] == passed, (step, {k: v for k, v in m.items() if "filter/" in k})
+    assert sum(m["prompt_filter/skipped"] - m["prompt_filter/forced"] for m in logged.values()) > 0
+
+    tables = {(r["name"], r["step"]): r["rows"] for r in records if r["kind"] == "table"}
+    for step in steps:
+        rows = tables[("samples/top_bottom_k", step)]
+        assert len(rows) == 4 and all("response" in r and "reward" in r for r in rows)
+        assert tables[("alerts", step)][0]["metric"] == "rewards/count"
+
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0}).Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"rewards/functions/check_answer", "filter/trained_groups", "alerts/warning"} <= tags, sorted(tags)
+    assert [e.step for e in events.Scalars("filter/trained_groups")] == list(steps)
+
+    (wandb_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    history = [r.history for r in read_wandb_records(wandb_file) if r.WhichOneof("record_type") == "history"]
+    keys = {item.key or "/".join(item.nested_key) for h in history for item in h.item}
+    assert {"rewards/functions/check_answer", "filter/trained_groups"} <= keys, sorted(keys)
+
+
+# -- every built-in sampler on V1 -------------------------------------------------------------------------
+
+def test_every_builtin_sampler_runs_on_v1_in_one_of_the_real_runs():
+    """Each registered built-in sampler is the sampler of one of the V1 runs on the CPU learner, fed by the rlhooks
+    replay buffer (the same ``judge`` path in every mode): multi_source in ``rlhooks train``'s run here and in the
+    sync and colocate_async resume pairs, learnability, dump_ucb and reward_curriculum in test_cpu_v1_async.py
+    (reward_curriculum levelling up), time_curriculum in the separate_async resume pair (its schedule counted in
+    the buffer's feedback batches, restored on resume). The short sync run each sampler had is gone (CI time,
+    issue 36): a generation batch is one feedback call in sync mode too (test_v1_replay_buffer.py, waves)."""
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("wandb")
+    from rlhooks.core.registry import Registry
+
+    from . import test_cpu_v1_async, test_v1_resume
+
+    reg = Registry()
+    run = [BUILTINS["sampler"], test_v1_resume.MULTI_SOURCE, test_v1_resume.TIME_CURRICULUM,
+           *(r["sampler"] for r in test_cpu_v1_async.RUNS.values())]
+    builtin = {e.value for e in reg.entries("sampler") if e.dist == "rlhooks"}
+    assert len(builtin) >= 5 and {reg.info("sampler", r["name"]).value for r in run} == builtin, \
+        "add the new sampler to one of the V1 runs"
