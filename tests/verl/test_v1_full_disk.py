@@ -1,6 +1,6 @@
 """A disk that fills up during a checkpoint save of a real ``rlhooks train`` run on verl's V1 trainer (issue 37,
-item 7): the checkpoints go to a size-limited tmpfs that holds two of the CPU learner's checkpoints (~1 MB each)
-and not a third. The run ends with exit 1 and one line naming the step's folder and what resumes, its
+item 7): the checkpoints go to a size-limited tmpfs that holds one of the CPU learner's checkpoints (~1 MB each)
+and not a second. The run ends with exit 1 and one line naming the step's folder and what resumes, its
 metrics record the run ``failed``, the tracker stays on the last complete checkpoint and the torn folder is
 never offered as one.
 
@@ -28,8 +28,9 @@ from tests.filesystems import small_tmpfs  # noqa: E402
 pytestmark = pytest.mark.verl
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "configs" / "verl_cpu_tiny.yaml"
-#: two checkpoints of the tiny policy (~1,000 KiB each: weights 310 KiB, optimizer 615 KiB) fit, a third does not
-DISK_SIZE = "2600k"
+#: one checkpoint of the tiny policy (~1,000 KiB: weights 310 KiB, optimizer 615 KiB) fits, a second does not (two
+#: fitted in 2600k until CI time needed the step, issue 36)
+DISK_SIZE = "1500k"
 
 
 @pytest.fixture
@@ -38,10 +39,10 @@ def small_disk(tmp_path):
         yield disk
 
 
-# slow: one `rlhooks train` process of the CPU example config, three steps: ~90 s on 2 cores
+# slow: one `rlhooks train` process of the CPU example config, two steps: ~90 s on 2 cores
 @pytest.mark.slow
-def test_a_full_disk_during_a_v1_save_is_one_line_and_the_tracker_stays_on_the_last_complete_step(tmp_path,
-                                                                                                    small_disk):
+def test_a_full_disk_during_a_v1_save_is_one_line_and_the_tracker_stays_on_the_last_complete_step(tmp_path, small_disk,
+                                                                                                    capfd, monkeypatch):
     assert subprocess.run([sys.executable, "-m", "rlhooks.engines.verl.cpu", "prepare", "runs/tiny"], cwd=tmp_path,
                           capture_output=True).returncode == 0
     ckpt = small_disk / "checkpoints"
@@ -69,9 +70,17 @@ def test_a_full_disk_during_a_v1_save_is_one_line_and_the_tracker_stays_on_the_l
     assert records[-1]["kind"] == "run_end" and records[-1]["status"] == "failed", records[-1]
     # verl saves before it logs a step: the torn step's metrics are not written, and a rerun trains it again
     assert [r["step"] for r in records if r["kind"] == "metrics"] == list(range(1, tracked + 1)), records
-    # the next start refuses nothing the user must fix by hand: it names the torn folder and resumes the tracked step
-    check = subprocess.run([sys.executable, "-m", "rlhooks.cli", "train", "--config", str(EXAMPLE), "--dry-run",
-                            "trainer.test_freq=-1", "trainer.save_freq=1", "trainer.total_training_steps=6",
-                            f"trainer.default_local_dir={ckpt}"], cwd=tmp_path, capture_output=True, text=True,
-                           timeout=300)
-    assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
+    # the next start refuses nothing the user must fix by hand (the torn folder past the tracked step included): its
+    # dry run, the start's own validation, passes. In this process: the CLI's code from its arguments on, without a
+    # fresh interpreter importing verl (CI time, issue 36)
+    from rlhooks.cli import main as rlhooks_main
+    from rlhooks.engines.verl.cpu import platform
+
+    monkeypatch.chdir(tmp_path)
+    capfd.readouterr()
+    with platform.installed():  # `trainer.device=cpu` installs the CPU platform: this process's verl gets it back
+        code = rlhooks_main(["train", "--config", str(EXAMPLE), "--dry-run", "trainer.test_freq=-1",
+                             "trainer.save_freq=1", "trainer.total_training_steps=6", f"trainer.default_local_dir={ckpt}"])
+    shown = capfd.readouterr()
+    check_out, check_err = shown.out, shown.err
+    assert code == 0 and "error:" not in check_err and "# rlhooks (resolved)" in check_out, check_err[-3000:]
