@@ -18,7 +18,7 @@ LONGEST_FIRST = (  # worker time in the slow suite on an idle 2-core machine, 20
     "tests/verl/test_v1_resume_async.py",  # four V1 runs: ~410 s
     "tests/verl/test_cpu_v1_async.py",  # three V1 runs: ~330 s
     "tests/reliability/test_soak.py",  # the 20,000-step soak: ~320 s
-    "tests/verl/test_cpu_learner.py",  # the documented commands, then four starts refused: ~230 s (2026-11-29)
+    "tests/verl/test_cpu_learner.py",  # the documented commands, four starts refused in-process: ~255 s (2026-11-29)
     "tests/verl/test_cpu_v1_learner.py",  # two V1 runs (one with every built-in of test_v1_builtins.py's): ~185 s
     "tests/verl/test_v1_resume.py",  # two V1 runs: ~175 s
     "tests/verl/test_v1_full_disk.py",  # one V1 run: ~110 s (2026-11-28)

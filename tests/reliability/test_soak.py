@@ -11,8 +11,9 @@ process's.
 Tiny batches keep a step at a few milliseconds. The 20,000-step run took ~6 minutes (372 s) on this
 2-core machine, idle; it is marked ``slow``. A shorter soak is the same check over fewer steps, for trying a
 change: ``RLHOOKS_SOAK_STEPS=2000 pytest -m slow tests/reliability/test_soak.py`` (a comma-separated list runs
-each). CI ran a 2,000-step soak beside the 20,000-step one until the ninth session of issue 36: every assertion of
-it is the longer one's on the same code, so it cost CI ~46 s and checked nothing more.
+each). CI ran a 2,000-step soak beside the 20,000-step one until the ninth session of issue 36; every run now also
+samples its resident set at the warm-up's end (step 1,000), so the 20,000-step one checks the window from step
+1,000 to 2,000 that only the shorter one did, and every other assertion of the shorter one is the longer one's.
 
 W&B runs in ``disabled`` mode (the real library, no files) with ``table_mode: per_step``: its
 default incremental tables keep every row ever logged in memory (wandb.Table.data), which is
@@ -113,7 +114,7 @@ def _soak(steps: int, out: Path) -> dict:
     every = steps // 10
 
     def sample(step: int, _metrics: dict) -> None:
-        if step % every == 0:
+        if step % every == 0 or step == WARM_UP:  # the flat check starts at the warm-up's end, whatever the length
             gc.collect()
             rss[step] = _rss_mb()
 
@@ -148,7 +149,11 @@ def _soak(steps: int, out: Path) -> dict:
 
 
 #: the soaks' lengths: 20,000 steps (CI's), or RLHOOKS_SOAK_STEPS (e.g. "2000" to try a change)
-SOAK_STEPS = [int(n) for n in os.environ.get("RLHOOKS_SOAK_STEPS", "20000").split(",")]
+_ASKED = os.environ.get("RLHOOKS_SOAK_STEPS", "20000").split(",")
+SOAK_STEPS = [int(n) for n in _ASKED if n.strip().isdigit()]
+if len(SOAK_STEPS) != len(_ASKED) or min(SOAK_STEPS) < 2 * WARM_UP:
+    raise pytest.UsageError(f"RLHOOKS_SOAK_STEPS={os.environ.get('RLHOOKS_SOAK_STEPS')!r}: name step counts of at least "
+                            f"{2 * WARM_UP:,} (the memory check starts after {WARM_UP:,} warm-up steps), e.g. 2000")
 
 
 # a soak runs with CI's long checks (make test-slow), not in the README's test command
@@ -167,7 +172,7 @@ def test_soak_memory_flat_lines_equal_steps_no_leaks(steps: int, tmp_path: Path)
     rss = {int(step): mb for step, mb in report["rss"].items()}
     print(f"\nsoak {steps} steps: {report['elapsed']:.1f} s ({report['elapsed'] / steps * 1e3:.2f} ms/step), "
           f"RSS MB by step {rss}")
-    assert sorted(rss) == list(range(steps // 10, steps + 1, steps // 10))
+    assert sorted(rss) == sorted({*range(steps // 10, steps + 1, steps // 10), *([WARM_UP] if WARM_UP <= steps else [])})
 
     # console: step 1, then the large interval
     assert SOAK_STARTS in proc.stdout, proc.stdout[-2000:]
@@ -176,7 +181,7 @@ def test_soak_memory_flat_lines_equal_steps_no_leaks(steps: int, tmp_path: Path)
 
     # memory: flat after warm-up
     after = {s: v for s, v in rss.items() if s >= WARM_UP}
-    base = after[min(after)]
+    base = after[WARM_UP]
     assert max(after.values()) - base <= MAX_GROWTH_MB, f"RSS grew after warm-up: {rss}"
 
     # JSONL: one metrics line per step, in order; the run's records are complete

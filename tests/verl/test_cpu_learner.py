@@ -187,15 +187,19 @@ def test_rlhooks_train_refuses_a_damaged_or_deleted_checkpoint_before_ray(docume
     import shutil
 
     from rlhooks.cli import main as rlhooks_main
+    from rlhooks.engines.verl import main as verl_main
 
     ckpt = documented_run / "runs" / "verl-cpu-tiny" / "checkpoints"
     assert sorted(p.name for p in ckpt.iterdir()) == ["global_step_2", TRACKER]  # rotated after the commit
     monkeypatch.chdir(documented_run)  # the example config's paths are relative, as the documented commands run
+    # a start that got past the checks would train here, on this process's Ray: it fails the test at once instead
+    monkeypatch.setattr(verl_main, "run", lambda *a, **k: pytest.fail("rlhooks train started the run"))
 
     def start(*args: str) -> tuple[int, str]:
         with platform.installed():  # `trainer.device=cpu` installs the CPU platform: this process's verl gets it back
             code = rlhooks_main(list(TRAIN[1:] + args))
-        return code, capfd.readouterr().err
+        shown = capfd.readouterr()
+        return code, shown.out + shown.err
 
     # another run sharing the directory is refused before Ray (issue 38: it resumed step 2 and trained nothing)
     code, err = start("rlhooks.run.name=other", f"trainer.default_local_dir={ckpt}", "trainer.total_training_steps=3")

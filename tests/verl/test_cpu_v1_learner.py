@@ -247,7 +247,8 @@ def train_command(out: Path, name: str, policy_dir: Path, data: Path, *extra: st
 
 #: what the V1 run of ``rlhooks train`` adds to the cut-down run's YAML: the other built-ins together (the
 #: multi_source sampler, selective_rollout skipping prompts before the agent loop, top/bottom-k tables) and every
-#: backend but W&B online; the samplers the other V1 runs carry: test_every_builtin_sampler_runs_on_v1_in_one_of_the_real_runs
+#: backend but W&B online; the samplers the other V1 runs carry are listed by
+#: test_every_builtin_sampler_runs_on_v1_in_one_of_the_real_runs
 BUILTINS = {
     "sampler": {"name": "multi_source"},
     # skip prompts seen all-pass / all-fail before (keep 5%): with 8 prompts, step 2 revisits them
@@ -352,6 +353,7 @@ def test_what_rlhooks_train_shows_on_v1(train_command_run):
     # item 2: verl's validation before training, as step 0
     step0 = [r["metrics"] for r in records if r["kind"] == "metrics" and r["step"] == 0]
     assert step0 and any(k.startswith("val-core/") and "/acc/mean@" in k for k in step0[0]), step0
+    assert any(line.startswith("step 0 | val-core/") for line in lines), shown[-3000:]  # and on the terminal
     # item 3: the summary, its files
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "success" and summary["steps"] == TRAIN_COMMAND_STEPS and summary["mode"] == "rlhooks_sync"
@@ -414,12 +416,17 @@ def test_the_builtins_run_together_on_v1(train_command_run):
         # source_metrics and reward_monitor (the alert fires every step)
         assert any(k.startswith("source/") and k.endswith("/reward") for k in m), sorted(m)
         assert m["rewards/count"] > 0 and m["alerts/warning"] >= 1
-    # verl's own logger (its console logger, into verl.log) logged the merged dict: verl's metrics and rlhooks's
-    verl_lines = {int(m.group(1)): m.group(2) for m in re.finditer(r"step:(\d+) - (.*)", (run_dir / "verl.log").read_text())}
-    for step in steps:
+    # verl's own logger (its console logger) logged the merged dict: verl's metrics and every numeric rlhooks metric
+    # of the step. Its lines reach verl.log through Ray's log forwarding, which may print the last ones after the
+    # run's output went back to the terminal: both are read
+    printed = (run_dir / "verl.log").read_text() + (out / "terminal.txt").read_text()
+    verl_lines = {int(m.group(1)): m.group(2) for m in re.finditer(r"step:(\d+) - (.*)", printed)}
+    ours = ("rewards/", "contributions/", "sampler/", "prompt_filter/", "selective_rollout/", "filter/", "source/",
+            "alerts/")
+    for step, m in logged.items():
         keys = {part.split(":", 1)[0] for part in verl_lines[step].split(" - ")}
-        assert {"actor/grad_norm", "rewards/functions/check_answer", "filter/trained_groups",
-                "prompt_filter/sampled", "alerts/warning"} <= keys, sorted(keys)
+        expected = {k for k, v in m.items() if k.startswith(ours) and isinstance(v, (int, float))}
+        assert "actor/grad_norm" in keys and len(expected) > 20 and expected <= keys, sorted(expected - keys)
     # selective_rollout skipped revisited prompts before the agent loop, and the agent loop generated exactly
     # the prompts that passed: every group scored in a step (the replay buffer's count) is one the prompt
     # stage let through (sampled - skipped + forced, less the surplus it held back)
@@ -457,8 +464,6 @@ def test_every_builtin_sampler_runs_on_v1_in_one_of_the_real_runs():
     (reward_curriculum levelling up), time_curriculum in the separate_async resume pair (its schedule counted in
     the buffer's feedback batches, restored on resume). The short sync run each sampler had is gone (CI time,
     issue 36): a generation batch is one feedback call in sync mode too (test_v1_replay_buffer.py, waves)."""
-    pytest.importorskip("tensorboard")
-    pytest.importorskip("wandb")
     from rlhooks.core.registry import Registry
 
     from . import test_cpu_v1_async, test_v1_resume

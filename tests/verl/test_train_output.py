@@ -42,6 +42,13 @@ OURS = [  # (as written, as shown)
     (RAY + "{", "{"), (RAY + '  "selection": "top"', '  "selection": "top"'), (RAY + "}", "}"),
     ('{"event": "reward alert", "level": "warning", "timestamp": "2026-11-27T16:04:07"}',
      '{"event": "reward alert", "level": "warning", "timestamp": "2026-11-27T16:04:07"}'),
+    # the console's line written from its thread after verl's pprint had written its "(" or a continuation's indent
+    # (CI and a rerun, 2026-11-29), or after print had written its text and not yet its newline
+    (RAY + " step 0 | val-core/add_carry/acc/mean@1 0 | val-core/add_small/acc/mean@1 0.5",
+     "step 0 | val-core/add_carry/acc/mean@1 0 | val-core/add_small/acc/mean@1 0.5"),
+    (RAY + "(step 0 | val-core/add_carry/acc/mean@1 0", "step 0 | val-core/add_carry/acc/mean@1 0"),
+    (RAY + "\"np.float64(4.0), 'val-aux/add_carry/score/mean@1': \" step 2 | task/acc 0.5",
+     "step 2 | task/acc 0.5"),
 ]
 
 

@@ -28,6 +28,11 @@ _CONSOLE = re.compile(r"^(step \d+ \| |run .+ started; output in |run ended: |â”
 _STRUCTLOG = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d\S* \[(debug|info|warning|error|critical|exception)\s*\] ")
 #: verl's own progress bar (its fit loop's tqdm): the run's progress
 _PROGRESS = re.compile(r"^Training Progress:")
+#: the console backend's step line after another thread's unfinished write in the same process: it writes from the
+#: dispatcher's thread while verl prints on the trainer's (print writes a line's text and its newline apart; pprint
+#: writes "(" or a continuation's indent first), so verl's pprint of the step-0 validation put "(step 0 | ..." and
+#: " step 0 | ..." into verl.log, not the terminal (2026-11-29)
+_CONSOLE_STEP_AFTER = re.compile(r"(?<![\w/.-])(step \d+ \| .*)$")
 
 
 def clean(line: str) -> tuple[str, str | None]:
@@ -69,7 +74,8 @@ class LineFilter:
             return text
         if _STRUCTLOG.match(text) or _PROGRESS.match(text) or _structlog_json(text):
             return text
-        return None
+        joined = _CONSOLE_STEP_AFTER.search(text)
+        return joined[1] if joined else None  # the console's part: verl's is in verl.log
 
 
 class VerlOutput:
