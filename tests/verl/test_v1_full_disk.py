@@ -80,7 +80,8 @@ def test_a_full_disk_during_a_v1_save_is_one_line_and_the_tracker_stays_on_the_l
     capfd.readouterr()
     with platform.installed():  # `trainer.device=cpu` installs the CPU platform: this process's verl gets it back
         code = rlhooks_main(["train", "--config", str(EXAMPLE), "--dry-run", "trainer.test_freq=-1",
-                             "trainer.save_freq=1", "trainer.total_training_steps=6", f"trainer.default_local_dir={ckpt}"])
+                             "trainer.save_freq=1", "trainer.total_training_steps=6",
+                             f"trainer.default_local_dir={ckpt}"])
     shown = capfd.readouterr()
     check_out, check_err = shown.out, shown.err
     assert code == 0 and "error:" not in check_err and "# rlhooks (resolved)" in check_out, check_err[-3000:]
