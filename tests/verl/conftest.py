@@ -1,16 +1,18 @@
 """Ray in these tests is hermetic from the first import of Ray in the test process: token
 authentication with this process's own token (``ray_cluster.hermetic_env``), set before Ray reads its
-config, so neither ``~/.ray/auth_token`` nor a token setting of the machine reaches the tests' clusters."""
+config, so neither ``~/.ray/auth_token`` nor a token setting of the machine reaches the tests' clusters.
+Their Rays (and the ``rlhooks train`` processes they start, which inherit it) start no idle workers ahead
+of need (``ray_cluster.lean_env``)."""
 
 import os
 
 import pytest
 
-from .ray_cluster import hermetic_env
+from .ray_cluster import hermetic_env, lean_env
 
 for _key in [k for k in os.environ if k.startswith("RAY_AUTH_")]:
     del os.environ[_key]
-os.environ.update(hermetic_env())
+os.environ.update({**hermetic_env(), **lean_env()})
 
 
 @pytest.fixture(scope="session")

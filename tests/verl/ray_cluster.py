@@ -49,6 +49,13 @@ def hermetic_env() -> dict[str, str]:
     return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TEST_TOKEN, "RAY_USAGE_STATS_ENABLED": "0"}
 
 
+def lean_env() -> dict[str, str]:
+    """Ray's worker pool for the tests' Rays: no Python worker started before one is needed. Ray starts idle
+    workers for a new driver and for queued work that verl's actors (each with its runtime env) leave unused,
+    ~2-3 CPU-s apiece on 2 cores (docs/DEVELOPMENT.md, "Tenth session"); Ray reads ``RAY_<setting>``."""
+    return {"RAY_prestart_worker_first_driver": "0", "RAY_enable_worker_prestart": "0"}
+
+
 def _without_ray_auth(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith("RAY_AUTH_")}
 

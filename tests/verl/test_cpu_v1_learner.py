@@ -96,9 +96,12 @@ def test_every_ray_process_gets_the_cpu_platform_and_a_logical_gpu(composed):
     assert env["VERL_PLATFORM"] == "cpu" and env["TRANSFER_QUEUE_ENABLE"] == "1"
     assert env["TOKENIZERS_PARALLELISM"] == "true"  # verl's own runtime env is the base
     assert kwargs["num_gpus"] == 1 and kwargs["num_cpus"] == ray_learner.RAY_LOGICAL_CPUS
+    assert kwargs["include_dashboard"] is False  # Ray's web dashboard: a dozen polling processes on 2 cores
     with open_dict(cfg):
         cfg.ray_kwargs.ray_init.num_cpus = 3
-    assert ray_learner.ray_init_kwargs(cfg)["num_cpus"] == 3  # a value the config sets wins
+        cfg.ray_kwargs.ray_init.include_dashboard = True
+    kwargs = ray_learner.ray_init_kwargs(cfg)
+    assert kwargs["num_cpus"] == 3 and kwargs["include_dashboard"] is True  # a value the config sets wins
 
 
 @pytest.mark.slow  # a fresh interpreter importing verl and its engine package: ~10 s of CPU (make test's budget)

@@ -108,7 +108,8 @@ def _separate_async_issues(cfg: Any) -> list:
 def ray_init_kwargs(cfg: Any) -> dict[str, Any]:
     """What ``run_ppo`` passes to ``ray.init`` for this config (verl's runtime env, the config's
     ``ray_kwargs.ray_init``), with the CPU learner's runtime env and, for a Ray started here, logical
-    resources where the config does not set them. Tests that start Ray once for several runs use it too."""
+    resources and no web dashboard where the config does not set them. Tests that start Ray once for several
+    runs use it too."""
     from omegaconf import OmegaConf
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
@@ -130,6 +131,9 @@ def ray_init_kwargs(cfg: Any) -> dict[str, Any]:
         ray_init["num_gpus"] = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes) + standalone_rollout_gpus(cfg)
     if ray_init.get("num_cpus") is None:
         ray_init["num_cpus"] = RAY_LOGICAL_CPUS
+    # Ray's web dashboard is a dozen processes polling all run long (~10 CPU-s of a 2-step run on 2 cores);
+    # `ray_kwargs.ray_init.include_dashboard=true` brings it back
+    ray_init.setdefault("include_dashboard", False)
     return ray_init
 
 
