@@ -48,7 +48,7 @@ TEST_WORKERS ?= 2
 # The tests and benchmarks start hundreds of Python processes (xdist workers, CLI runs, Ray's workers): with
 # bytecode caches (__pycache__/, ignored by git) each compiles rlhooks and pytest's rewritten test modules once,
 # not in every process. A machine may set PYTHONDONTWRITEBYTECODE (this one does: ~15 s more a pytest
-# worker's collection, measured in docs/DEVELOPMENT.md, "CI time"); empty, Python writes them.
+# worker's collection; docs/DEVELOPMENT.md, "Tenth session"); set empty here, Python writes them.
 test test-slow bench bench-quick-suite bench-learning: export PYTHONDONTWRITEBYTECODE :=
 
 test: setup-test
