@@ -131,7 +131,7 @@ def ray_init_kwargs(cfg: Any) -> dict[str, Any]:
         ray_init["num_gpus"] = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes) + standalone_rollout_gpus(cfg)
     if ray_init.get("num_cpus") is None:
         ray_init["num_cpus"] = RAY_LOGICAL_CPUS
-    # Ray's web dashboard is a dozen processes polling all run long (~10 CPU-s of a 2-step run on 2 cores);
+    # Ray's web dashboard: a dozen processes polling all run long (~10-17 CPU-s of a short run on 2 cores);
     # `ray_kwargs.ray_init.include_dashboard=true` brings it back
     ray_init.setdefault("include_dashboard", False)
     return ray_init
