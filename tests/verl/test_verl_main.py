@@ -37,6 +37,39 @@ def test_split_overrides_routes_by_prefix():
     assert path == "x.yaml"
 
 
+@pytest.mark.parametrize("dry_run", [["--dry-run"], []])
+def test_a_key_verls_config_lacks_is_one_error_that_says_where_and_the_plus(tmp_path, capsys, monkeypatch, dry_run):
+    """A verl key Hydra cannot override (misspelled, or new without its '+') was Hydra's traceback; now one
+    problem line naming the key, where it was set, and the '+' that adds it, before Ray (dry run and start)."""
+    from rlhooks.engines.verl import main as verl_main
+
+    monkeypatch.setattr(verl_main, "run", lambda *a, **k: pytest.fail("rlhooks train started the run"))
+    yaml_file = tmp_path / "rlhooks.yaml"
+    yaml_file.write_text("filters: [dapo]\nverl: {trainer: {no_such_key: 1}}\n")
+    assert rlhooks_main(["train", "--config", str(yaml_file), *dry_run]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+        f"error: invalid verl config (from {yaml_file} and the command line): 1 problem"], err
+    assert ("  - verl.trainer.no_such_key: verl's config has no such key (set in the verl: section): check its "
+            "spelling, or add it as a new key with a leading '+' ('+no_such_key:' in the verl: section)") in err, err
+    (tmp_path / "ok.yaml").write_text("filters: [dapo]\n")
+    assert rlhooks_main(["train", "--config", str(tmp_path / "ok.yaml"), *dry_run,
+                         "ray_kwargs.ray_init.include_dashboard=true"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and ("  - verl.ray_kwargs.ray_init.include_dashboard: verl's config has no such key "
+                                       "(set in the command line)") in err, err
+    assert "(+ray_kwargs.ray_init.include_dashboard=<value>)" in err
+
+
+def test_an_override_hydra_cannot_parse_is_hydras_message_in_one_problem(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        build_config(None, ["trainer.logger=[console"])
+    (issue,) = caught.value.issues
+    assert issue.path == "verl" and issue.message.startswith("Hydra could not compose verl's config: ")
+    assert "[console" in issue.message and "\n" not in issue.message
+
+
 def test_build_config_merges_yaml_verl_section_and_overrides(tmp_path):
     yaml_file = tmp_path / "rlhooks.yaml"
     yaml_file.write_text(textwrap.dedent("""

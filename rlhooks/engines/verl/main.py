@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -119,6 +120,26 @@ def compose_verl_config(overrides: Sequence[str], *, config_dir: str | None = No
         return compose(config_name=config_name, overrides=list(overrides))
 
 
+_CANNOT_OVERRIDE = re.compile(r"Could not override '([^']+)'")
+
+
+def compose_issue(exc: Exception, section: Sequence[str]) -> ConfigIssue:
+    """What Hydra refused while composing verl's config, as one problem: a key verl's config lacks (named, with
+    where it was set and the '+' that adds it), or Hydra's own message (a malformed override, a missing config
+    group option). ``section``: the overrides from the YAML's ``verl:`` section."""
+    text = str(exc).strip()
+    cause = f" ({exc.__cause__})" if exc.__cause__ is not None and str(exc.__cause__).strip() else ""
+    missing = _CANNOT_OVERRIDE.search(text)
+    if missing and "+" in text.split("\n", 1)[-1]:  # Hydra's "To append to your config use +key=value"
+        key = missing.group(1)
+        in_yaml = any(o.split("=", 1)[0].lstrip("+~") == key for o in section)
+        where = "the verl: section" if in_yaml else "the command line"
+        how = f"'+{key.rsplit('.', 1)[-1]}:' in the verl: section" if in_yaml else f"+{key}=<value>"
+        return ConfigIssue(f"{VERL_SECTION}.{key}", f"verl's config has no such key (set in {where}): check its "
+                           f"spelling, or add it as a new key with a leading '+' ({how})")
+    return ConfigIssue(VERL_SECTION, f"Hydra could not compose verl's config: {' '.join(text.split())}{cause}")
+
+
 def build_config(rlhooks_yaml: str | None, args: Sequence[str], *, config_dir: str | None = None,
                  config_name: str = DEFAULT_CONFIG_NAME) -> Any:
     """The verl config with a validated ``rlhooks:`` block (plain data, so Ray ships it to workers)."""
@@ -129,7 +150,13 @@ def build_config(rlhooks_yaml: str | None, args: Sequence[str], *, config_dir: s
     raw: dict[str, Any] = load_yaml(rlhooks_yaml) if rlhooks_yaml else {}
     section = verl_section_overrides(raw.pop(VERL_SECTION, None), str(rlhooks_yaml))
     verl_args, rl_args, _ = split_overrides([*section, *args])  # the command line comes last and wins
-    cfg = compose_verl_config(verl_args, config_dir=config_dir, config_name=config_name)
+    from hydra.errors import HydraException
+
+    try:
+        cfg = compose_verl_config(verl_args, config_dir=config_dir, config_name=config_name)
+    except HydraException as exc:  # one problem line, not Hydra's traceback
+        source = f"(from {rlhooks_yaml} and the command line)" if rlhooks_yaml else "(from the command line)"
+        raise ConfigError([compose_issue(exc, section)], source, kind="verl config") from None
     block = deep_merge(raw_block(cfg), raw)  # a block in the verl YAML itself, then the file
     block = apply_overrides(block, rl_args)
     with open_dict(cfg):

@@ -132,7 +132,7 @@ def ray_init_kwargs(cfg: Any) -> dict[str, Any]:
     if ray_init.get("num_cpus") is None:
         ray_init["num_cpus"] = RAY_LOGICAL_CPUS
     # Ray's web dashboard: a dozen processes polling all run long (~10-17 CPU-s of a short run on 2 cores);
-    # `ray_kwargs.ray_init.include_dashboard=true` brings it back
+    # `+ray_kwargs.ray_init.include_dashboard=true` (a key verl's config lacks: the "+") brings it back
     ray_init.setdefault("include_dashboard", False)
     return ray_init
 
