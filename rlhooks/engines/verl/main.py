@@ -120,6 +120,11 @@ def compose_verl_config(overrides: Sequence[str], *, config_dir: str | None = No
         return compose(config_name=config_name, overrides=list(overrides))
 
 
+def config_source(path: str | None) -> str:
+    """Where a verl config came from, as its errors say it."""
+    return f"(from {path} and the command line)" if path else "(from the command line)"
+
+
 _CANNOT_OVERRIDE = re.compile(r"Could not override '([^']+)'")
 
 
@@ -155,8 +160,7 @@ def build_config(rlhooks_yaml: str | None, args: Sequence[str], *, config_dir: s
     try:
         cfg = compose_verl_config(verl_args, config_dir=config_dir, config_name=config_name)
     except HydraException as exc:  # one problem line, not Hydra's traceback
-        source = f"(from {rlhooks_yaml} and the command line)" if rlhooks_yaml else "(from the command line)"
-        raise ConfigError([compose_issue(exc, section)], source, kind="verl config") from None
+        raise ConfigError([compose_issue(exc, section)], config_source(rlhooks_yaml), kind="verl config") from None
     block = deep_merge(raw_block(cfg), raw)  # a block in the verl YAML itself, then the file
     block = apply_overrides(block, rl_args)
     with open_dict(cfg):
@@ -371,8 +375,7 @@ def validate_verl_config(cfg: Any, source: str | None = None) -> None:
             f"(under 'verl:' in the rlhooks YAML, or as key=value overrides on the command line)",
         ))
     if issues:
-        raise ConfigError(issues, f"(from {source} and the command line)" if source else "(from the command line)",
-                          kind="verl config") from None
+        raise ConfigError(issues, config_source(source), kind="verl config") from None
 
 
 def cpu_learner(cfg: Any) -> bool:
