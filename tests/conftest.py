@@ -1,4 +1,8 @@
-"""Test-wide set-up: structlog writes readable lines to stderr, as the CLI configures it."""
+"""Test-wide set-up: structlog writes readable lines to stderr, as the CLI configures it; collection (each
+worker imports torch, verl and Ray) runs with the garbage collector off, as rlhooks's own start-up imports do
+(rlhooks/engines/verl/imports.py)."""
+
+import gc
 
 import pytest
 import structlog
@@ -23,6 +27,18 @@ LONGEST_FIRST = (  # worker time in the slow suite on an idle 2-core machine, 20
     "tests/verl/test_v1_resume.py",  # two V1 runs: ~175 s
     "tests/verl/test_v1_full_disk.py",  # one V1 run: ~110 s (2026-11-28)
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    gc.disable()  # until the tests run: the imports' objects live as long as the process
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """After collection (xdist's controller runs this loop too, without collecting): the collector back on, and
+    what collection imported frozen out of the tests' full collections."""
+    gc.enable()
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -108,7 +108,8 @@ def test_every_ray_process_gets_the_cpu_platform_and_a_logical_gpu(composed):
 def test_a_ray_process_registers_the_cpu_engine_only_once_verl_imports_its_engine_package():
     """What verl imports in each Ray process (``VERL_USE_EXTERNAL_MODULES``) leaves out verl's engine package
     (~2 s of imports a process; most of a run's processes never build an engine) and registers the CPU engine the
-    moment anything imports it, the platform already current. A fresh interpreter: this one imported it long ago."""
+    moment anything imports it, the platform already current; what verl imported before it is frozen out of the
+    process's later collections. A fresh interpreter: this one imported it long ago."""
     import subprocess
 
     probe = """
@@ -121,6 +122,8 @@ from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 from verl.workers.engine.base import EngineRegistry
 engine = EngineRegistry._engines["language_model"]["fsdp2"]["cpu"]
 assert issubclass(engine, FSDPEngineWithLMHead) and engine.__name__ == "CPUFSDPEngineWithLMHead", engine
+import gc
+assert gc.isenabled() and gc.get_freeze_count() > 100_000, gc.get_freeze_count()  # engines/verl/imports.py
 print("ok")
 """
     env = {**os.environ, **ray_learner.RAY_PROCESS_ENV}

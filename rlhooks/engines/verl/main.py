@@ -428,12 +428,17 @@ def run(cfg: Any, session: Any = None, *, validated: bool = False) -> None:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    cfg = build_config(args.config, args.overrides, config_dir=args.verl_config_dir,
-                       config_name=args.verl_config_name)
-    from rlhooks.engines.verl.compat import check_verl
+    from rlhooks.engines.verl.imports import collector_off
 
-    check_verl(trainer=trainer_in_use(cfg))  # the verl code and defaults this trainer relies on are reviewed ones
-    cpu_learner(cfg)
+    with collector_off():  # Hydra's config source imports verl: a start-up phase (engines/verl/imports.py)
+        cfg = build_config(args.config, args.overrides, config_dir=args.verl_config_dir,
+                           config_name=args.verl_config_name)
+        from rlhooks.engines.verl.compat import check_verl
+
+        check_verl(trainer=trainer_in_use(cfg))  # the verl code and defaults this trainer relies on are reviewed ones
+        cpu_learner(cfg)
+        if not args.dry_run:
+            import verl.trainer.main_ppo  # noqa: F401 - what every trainer's run imports (run_ppo, its TaskRunners)
     if args.dry_run:
         validate_verl_config(cfg, args.config)  # --dry-run's verdict is the run's
         from omegaconf import OmegaConf

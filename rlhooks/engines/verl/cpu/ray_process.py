@@ -43,8 +43,10 @@ def register_cpu_rollout() -> None:
 
 
 def setup() -> None:
+    from rlhooks.engines.verl import imports
     from rlhooks.engines.verl.cpu import platform
 
+    imports.freeze_imported()  # torch, tensordict and Ray are in: the rest of the import collects past them
     platform.install(engine=False)
     platform.register_engine_on_import()  # only where verl builds an engine: ~2 s of imports saved elsewhere
     register_cpu_rollout()

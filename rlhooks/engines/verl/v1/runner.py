@@ -24,8 +24,11 @@ class _TaskRunnerV1(_VerlTaskRunnerV1):
     def run(self, config: Any, driver_link: dict[str, Any] | None = None) -> str | None:
         """verl's run; under ``rlhooks train`` (``driver_link``) with the driver's lock adopted and its stop
         requests honoured (driver.in_task_runner). Returns the outcome recorded here (None: none)."""
-        import rlhooks.engines.verl.v1.trainer  # noqa: F401 - register_trainer("rlhooks_sync")
-        import rlhooks.engines.verl.v1.async_trainers  # noqa: F401 - rlhooks_colocate_async, rlhooks_separate_async
+        from rlhooks.engines.verl.imports import collector_off
+
+        with collector_off():  # verl's trainer modules: a start-up phase (engines/verl/imports.py)
+            import rlhooks.engines.verl.v1.trainer  # noqa: F401 - register_trainer("rlhooks_sync")
+            import rlhooks.engines.verl.v1.async_trainers  # noqa: F401 - rlhooks_colocate_async, rlhooks_separate_async
 
         with in_task_runner(driver_link) as outcome:
             warn_unshared_paths(config)
