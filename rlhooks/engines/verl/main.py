@@ -430,7 +430,9 @@ def run(cfg: Any, session: Any = None, *, validated: bool = False) -> None:
 def run_from_args(args: argparse.Namespace) -> int:
     from rlhooks.engines.verl.imports import collector_off
 
-    with collector_off():  # Hydra's config source imports verl: a start-up phase (engines/verl/imports.py)
+    # a start-up phase (engines/verl/imports.py): Hydra's config source, the fingerprints and the platform import
+    # verl, and a run imports verl's main_ppo
+    with collector_off():
         cfg = build_config(args.config, args.overrides, config_dir=args.verl_config_dir,
                            config_name=args.verl_config_name)
         from rlhooks.engines.verl.compat import check_verl
@@ -438,7 +440,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         check_verl(trainer=trainer_in_use(cfg))  # the verl code and defaults this trainer relies on are reviewed ones
         cpu_learner(cfg)
         if not args.dry_run:
-            import verl.trainer.main_ppo  # noqa: F401 - what every trainer's run imports (run_ppo, its TaskRunners)
+            import verl.trainer.main_ppo  # noqa: F401 - what run() imports on V1 and for run_ppo
     if args.dry_run:
         validate_verl_config(cfg, args.config)  # --dry-run's verdict is the run's
         from omegaconf import OmegaConf

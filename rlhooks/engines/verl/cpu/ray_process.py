@@ -1,6 +1,7 @@
 """Imported by verl in every Ray process of the CPU learner (``VERL_USE_EXTERNAL_MODULES``, which verl's
-``__init__`` imports): the ``cpu`` platform (``platform.install``; ``VERL_PLATFORM=cpu`` names it), the CPU
-engine once verl's engine package is imported (``platform.register_engine_on_import``), the CPU rollout
+``__init__`` imports once torch, tensordict and Ray are in): what is imported so far frozen out of later garbage
+collections (``engines/verl/imports.py``), the ``cpu`` platform (``platform.install``; ``VERL_PLATFORM=cpu`` names
+it), the CPU engine once verl's engine package is imported (``platform.register_engine_on_import``), the CPU rollout
 (``register_cpu_rollout``), and, in a verl worker-group process, its gloo process group.
 
 verl's workers call ``initialize_global_process_group_ray``, which asks torch for backend
