@@ -1,7 +1,7 @@
 """verl's start-up imports without CPython's cyclic garbage collector.
 
-Importing verl (with torch, tensordict, transformers and Ray) creates millions of objects that live as long as
-the process. While they are created, the collector runs full collections over the growing heap again and
+Importing verl (with torch, tensordict, transformers and Ray) leaves over half a million objects that live as long
+as the process. While they are created, the collector runs full collections over the growing heap again and
 again: ~15% of the import's CPU on a 2-core machine (docs/DEVELOPMENT.md, "Eleventh session"). So the driver of
 ``rlhooks train`` and the V1 TaskRunner import with the collector off (:func:`collector_off`), and every Ray
 process of the CPU learner freezes what it imported once torch and Ray are in (:func:`freeze_imported`, from
