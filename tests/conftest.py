@@ -1,12 +1,11 @@
 """Test-wide set-up: structlog writes readable lines to stderr, as the CLI configures it; collection (each
-worker imports torch, verl and Ray) runs with the garbage collector off, as rlhooks's own start-up imports do
-(rlhooks/engines/verl/imports.py)."""
-
-import gc
+worker imports torch, verl and Ray) is a start-up phase of rlhooks's own (rlhooks/engines/verl/imports.py: the
+garbage collector off, then what lives frozen)."""
 
 import pytest
 import structlog
 
+from rlhooks.engines.verl.imports import collector_off
 from rlhooks.logging import configure_logging
 
 configure_logging()
@@ -29,16 +28,11 @@ LONGEST_FIRST = (  # worker time in the slow suite on an idle 2-core machine, 20
 )
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    gc.disable()  # until the tests run: the imports' objects live as long as the process
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtestloop(session: pytest.Session) -> None:
-    """After collection (xdist's controller runs this loop too, without collecting): the collector back on, and
-    what collection imported frozen out of the tests' full collections."""
-    gc.enable()
-    gc.freeze()
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session):
+    """Collection in rlhooks's start-up phase (xdist's controller collects nothing; its workers do)."""
+    with collector_off():
+        return (yield)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
