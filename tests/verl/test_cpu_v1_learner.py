@@ -104,12 +104,73 @@ def test_every_ray_process_gets_the_cpu_platform_and_a_logical_gpu(composed):
     assert kwargs["num_cpus"] == 3 and kwargs["include_dashboard"] is True  # a value the config sets wins
 
 
+def test_transfer_queue_gets_the_threads_it_would_use_and_so_no_warning_on_every_call(composed, monkeypatch, caplog):
+    """TransferQueue sets torch's threads to ``TQ_NUM_THREADS`` (8) around each put and get, cut to the physical
+    cores with a warning every time: every Ray process of the CPU learner gets the count TransferQueue itself ends
+    up with, read here from its own code, so nothing changes but the warning."""
+    import logging
+
+    import torch
+    from transfer_queue import client
+    from transfer_queue.utils.common import limit_pytorch_auto_parallel_threads
+
+    monkeypatch.delenv("TQ_NUM_THREADS", raising=False)
+    assert client.TQ_NUM_THREADS == ray_learner.TQ_DEFAULT_THREADS  # its default (nothing set in this process)
+    env = ray_learner.ray_init_kwargs(composed)["runtime_env"]["env_vars"]
+
+    def threads_in_a_put(target: int) -> tuple[int, int]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="transfer_queue.utils.common"):
+            with limit_pytorch_auto_parallel_threads(target_num_threads=target):
+                used = torch.get_num_threads()
+        return used, len([r for r in caplog.records if "target_num_threads" in r.getMessage()])
+
+    default_used, default_warnings = threads_in_a_put(client.TQ_NUM_THREADS)
+    assert threads_in_a_put(int(env["TQ_NUM_THREADS"])) == (default_used, 0)
+    assert default_warnings == (1 if default_used < client.TQ_NUM_THREADS else 0)  # the warning saved (2 cores: 1)
+
+    # a value the config sets wins, and so does one this process's environment has (Ray's processes inherit it)
+    cfg = _with(composed, ray_kwargs__ray_init__runtime_env__env_vars__TQ_NUM_THREADS="1")
+    assert ray_learner.ray_init_kwargs(cfg)["runtime_env"]["env_vars"]["TQ_NUM_THREADS"] == "1"
+    monkeypatch.setenv("TQ_NUM_THREADS", "3")
+    assert "TQ_NUM_THREADS" not in ray_learner.ray_init_kwargs(composed)["runtime_env"]["env_vars"]
+
+
+def test_verls_per_trajectory_warning_is_logged_once_a_process(caplog):
+    """verl warns for every trajectory that it has no tokenizer builder for the policy's model type (the tiny
+    policy's ``mistral``): each Ray process of the CPU learner logs it once (``ray_process.quiet_repeated_warnings``),
+    and any other model type's, or any other warning, still shows."""
+    import logging
+
+    from verl.utils.tokenizer.continuous_token_wiring import infer_continuous_token_model_family
+
+    from rlhooks.engines.verl.cpu import ray_process
+
+    ray_process.quiet_repeated_warnings()  # what setup() did when this process imported it; twice adds nothing
+    name = ray_process.REPEATED_WARNINGS[0][0]
+    assert sum(isinstance(f, ray_process.FirstOnly) for f in logging.getLogger(name).filters) == 1
+    model_type = f"no_such_model_{os.getpid()}"  # never warned about in this process before
+    with caplog.at_level(logging.WARNING, logger=name):
+        for hf_model_type in (model_type, model_type, model_type, f"{model_type}_b", model_type):
+            infer_continuous_token_model_family(hf_model_type=hf_model_type)
+        logging.getLogger(name).warning("something else")
+        logging.getLogger(name).warning("something else")
+    said = [r.getMessage() for r in caplog.records if r.name == name]
+    assert [m for m in said if "Continuous Token builder" in m] == [
+        f"No model-specific Continuous Token builder is registered for config.json model_type={model_type!r}; "
+        "falling back to default.",
+        f"No model-specific Continuous Token builder is registered for config.json model_type={model_type + '_b'!r}; "
+        "falling back to default."]
+    assert said.count("something else") == 2
+
+
 @pytest.mark.slow  # a fresh interpreter importing verl and its engine package: ~10 s of CPU (make test's budget)
 def test_a_ray_process_registers_the_cpu_engine_only_once_verl_imports_its_engine_package():
     """What verl imports in each Ray process (``VERL_USE_EXTERNAL_MODULES``) leaves out verl's engine package
     (~2 s of imports a process; most of a run's processes never build an engine) and registers the CPU engine the
     moment anything imports it, the platform already current; what verl imported before it is frozen out of the
-    process's later collections. A fresh interpreter: this one imported it long ago."""
+    process's later collections, and verl's per-trajectory warning is logged once. A fresh interpreter: this one
+    imported it long ago."""
     import subprocess
 
     probe = """
@@ -124,6 +185,9 @@ engine = EngineRegistry._engines["language_model"]["fsdp2"]["cpu"]
 assert issubclass(engine, FSDPEngineWithLMHead) and engine.__name__ == "CPUFSDPEngineWithLMHead", engine
 import gc
 assert gc.isenabled() and gc.get_freeze_count() > 100_000, gc.get_freeze_count()  # engines/verl/imports.py
+import logging
+from rlhooks.engines.verl.cpu.ray_process import FirstOnly
+assert any(isinstance(f, FirstOnly) for f in logging.getLogger("verl.utils.tokenizer.continuous_token_wiring").filters)
 print("ok")
 """
     env = {**os.environ, **ray_learner.RAY_PROCESS_ENV}
@@ -136,6 +200,7 @@ def test_joining_a_running_ray_declares_no_resources(composed, monkeypatch):
     kwargs = ray_learner.ray_init_kwargs(composed)
     assert kwargs.get("num_cpus") is None and kwargs.get("num_gpus") is None  # verl's null, left as it is
     assert kwargs["runtime_env"]["env_vars"]["VERL_PLATFORM"] == "cpu"
+    assert "TQ_NUM_THREADS" not in kwargs["runtime_env"]["env_vars"]  # the cluster's nodes' cores are not ours
 
 
 # -- the runs (one Ray start, slow) --------------------------------------------------------------

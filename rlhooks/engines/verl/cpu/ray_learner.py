@@ -24,6 +24,15 @@ RAY_PROCESS_ENV = {"VERL_USE_EXTERNAL_MODULES": RAY_PROCESS_MODULE, "VERL_PLATFO
 #: logical CPUs Ray schedules on: verl's actors (task runner, TransferQueue, agent-loop, reward and
 #: rollout processes) each ask for one; they share the machine's real cores
 RAY_LOGICAL_CPUS = 16
+#: TransferQueue's threads for a put or get (its ``TQ_NUM_THREADS`` default)
+TQ_DEFAULT_THREADS = 8
+
+
+def transfer_queue_threads() -> int:
+    """The threads TransferQueue uses here: its default, cut to the physical cores, as it cuts it itself."""
+    import psutil
+
+    return min(TQ_DEFAULT_THREADS, psutil.cpu_count(logical=False) or 1)
 
 
 def uses_v1(cfg: Any) -> bool:
@@ -127,6 +136,11 @@ def ray_init_kwargs(cfg: Any) -> dict[str, Any]:
         # joining a running Ray: its nodes declare their resources (`ray start --num-gpus=1`), and Ray
         # refuses num_cpus/num_gpus from a process that connects to a cluster
         return ray_init
+    # TransferQueue cuts its 8 threads to the physical cores with a warning on every put and get (~800 log records a
+    # step on 2 cores, through Ray's log monitor); the count it would use, set, keeps it quiet. Not on a joined
+    # cluster (its nodes' cores are not this machine's), nor over a value this process's environment has
+    if "TQ_NUM_THREADS" not in os.environ:
+        env_vars.setdefault("TQ_NUM_THREADS", str(transfer_queue_threads()))
     if ray_init.get("num_gpus") is None:  # the trainer's pool, and separate_async's standalone rollout pool
         ray_init["num_gpus"] = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes) + standalone_rollout_gpus(cfg)
     if ray_init.get("num_cpus") is None:
