@@ -90,6 +90,7 @@ class Counter:
         self.source_accuracy: dict[int, dict[str, float]] = {}
         self.curriculum: dict[int, dict[str, float]] = {}
         self.timing: dict[int, dict[str, float]] = {}  # verl's timing_s/* of each step (benchmarks.cpu_step)
+        self.step_ended: dict[int, float] = {}  # when each step's metrics came (time.time(); benchmarks.cpu_step)
 
     @rlhooks.hookimpl
     def on_rewards_computed(self, step, batch):
@@ -107,6 +108,8 @@ class Counter:
         timing = {k: float(v) for k, v in metrics.items() if k.startswith("timing_s/")}
         if timing:
             self.timing.setdefault(step, {}).update(timing)
+        if "timing_s/step" in metrics:
+            self.step_ended[step] = time.time()
 
     def record_validation(self, step: int, acc: dict[str, float]) -> None:
         """The accuracy over the validated sources, weighted by their sizes."""
@@ -183,7 +186,8 @@ def legacy_run(name: str, seed: int, steps: int, test_freq: int, out: Path, asse
     return {"config": name, "seed": seed, "trainer": "legacy", "wall_s": time.perf_counter() - started,
             "date": time.strftime("%Y-%m-%d"), "load_avg": os.getloadavg()[0],
             "generated": counter.generated, "accuracy": counter.accuracy,
-            "source_accuracy": counter.source_accuracy, "curriculum": counter.curriculum, "timing": counter.timing}
+            "source_accuracy": counter.source_accuracy, "curriculum": counter.curriculum, "timing": counter.timing,
+            "step_ended": counter.step_ended}
 
 
 def v1_config(name: str, seed: int, steps: int, test_freq: int, out: Path, assets: tuple[Path, Path],

@@ -8,8 +8,10 @@ filter through the rlhooks replay buffer on V1): the legacy trainer in this proc
 local Ray, as ``rlhooks train`` runs it. A step's time is verl's own ``timing_s/step``; the figure is the median
 of steps 2 onwards (step 1 warms up). The V1 step is split by verl's phases (``timing_s/gen``: rollout, reward
 workers, TransferQueue and the replay buffer's polls; old log-probs; advantages; the actor update; the weight
-sync; rlhooks's own ``timing_s/rlhooks``). Not a unit test: ~4-6 min on 2 cores, most of it starting V1's Ray
-actors (see docs/DEVELOPMENT.md, "A V1 step on the CPU learner").
+sync; rlhooks's own ``timing_s/rlhooks``), and both runs' CPU a step by process (``CPUMeter``: this process and
+everything it started, from ``/proc``), which bounds what a V1 step can take on the machine's cores. Not a unit
+test: ~4-6 min on 2 cores, most of it starting V1's Ray actors (docs/DEVELOPMENT.md, "The round of issues 36-40",
+has each session's figures and profiles).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import os
 import platform as host
 import statistics
 import sys
+import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 
 from benchmarks import cpu_learning
@@ -37,22 +41,133 @@ def median_steps(run: dict, key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+class CPUMeter(threading.Thread):
+    """The CPU time (user + system, from ``/proc``) of this process and every process it started (the Ray it starts
+    and Ray's actors are its descendants), by process name, every ``interval`` seconds; ``watch`` is called each
+    time with the moment (the V1 run's step ends are read from its metrics file as they are written). Its own reads
+    (~4 ms a sample on 2 cores) are in the driver's CPU."""
+
+    def __init__(self, interval: float = 0.5):
+        super().__init__(daemon=True)
+        self.interval, self.history = interval, []  # [(time, {name: CPU-s so far})]
+        self.watch = None
+        self._cpu: dict[int, tuple[str, float]] = {}  # pid -> (name, CPU-s); kept once the process ended
+        self._stop_event = threading.Event()
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            now = time.time()
+            self._sample()
+            if self.watch:
+                self.watch(now)
+            self._stop_event.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+    def _sample(self) -> None:
+        parent, stat = {}, {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:  # ended between the listing and the read
+                    continue
+                parent[int(entry)], stat[int(entry)] = int(fields[1]), fields
+        ours, me = set(), os.getpid()
+        for pid in parent:
+            p = pid
+            while p > 1 and p != me:
+                p = parent.get(p, 0)
+            if p == me:
+                ours.add(pid)
+        for pid in ours:
+            fields = stat[pid]
+            self._cpu[pid] = (self.process_name(pid), (int(fields[11]) + int(fields[12])) / self._tick)
+        totals: dict[str, float] = defaultdict(float)
+        for name, cpu in self._cpu.values():
+            totals[name] += cpu
+        self.history.append((time.time(), dict(totals)))
+
+    @staticmethod
+    def process_name(pid: int) -> str:
+        """A Ray actor's class (``ray::WorkerDict.update_actor`` -> ``ray::WorkerDict``), ``driver`` for this
+        process, else the program, or a Python process's script or module (``raylet``, ``log_monitor.py``)."""
+        if pid == os.getpid():
+            return "driver (this process)"
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            return "?"
+        if argv[0].startswith("ray::"):
+            return argv[0].split()[0].split(".")[0]
+        program = os.path.basename(argv[0]) or "?"
+        if program.startswith("python"):  # its module or script
+            if "-m" in argv[:-1]:
+                return argv[argv.index("-m") + 1]
+            program = next((os.path.basename(a) for a in argv[1:] if a.endswith(".py")), program)
+        return program
+
+    def at(self, moment: float) -> dict[str, float]:
+        """CPU-s by name at the last sample taken at or before ``moment``."""
+        before = [totals for t, totals in self.history if t <= moment]
+        return before[-1] if before else {}
+
+    def between(self, start: float, end: float) -> dict[str, float]:
+        first, last = self.at(start), self.at(end)
+        return {name: cpu - first.get(name, 0.0) for name, cpu in last.items() if cpu - first.get(name, 0.0) > 0}
+
+
+def _step_end_watcher(log: Path, ended: dict[int, float]):
+    """``watch(now)`` for a V1 run: the steps whose metrics verl's file logger has written by ``now``."""
+    def watch(now: float) -> None:
+        try:
+            lines = log.read_text().splitlines()
+        except OSError:
+            return
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:  # a line being written
+                continue
+            if "timing_s/step" in record.get("data", {}):
+                ended.setdefault(int(record["step"]), now)
+    return watch
+
+
+def cpu_per_step(meter: CPUMeter, ended: dict[int, float]) -> dict:
+    """CPU-s a step by process over steps 3 onwards (from the end of step 2 to the end of the last step)."""
+    last = max(ended)
+    steps, start, end = last - 2, ended[2], ended[last]
+    used = meter.between(start, end)
+    return {"steps": steps, "wall_s": end - start,
+            "by_process": {name: cpu / steps for name, cpu in sorted(used.items(), key=lambda kv: -kv[1])}}
+
+
 def measure(steps: int, out: Path) -> dict:
     from rlhooks.engines.verl.cpu import platform, runner
 
     assets = runner.prepare(out / "assets")
     platform.install()
     load_before = os.getloadavg()[0]
+    meter = CPUMeter()
+    meter.start()
     legacy = cpu_learning.one_run(CONFIG, SEED, steps, steps + 1, out / "legacy", assets, trainer="legacy")
+    v1_ended: dict[int, float] = {}
+    meter.watch = _step_end_watcher(out / "v1" / "verl_metrics.jsonl", v1_ended)
     with cpu_learning.shared_ray(assets):
         v1 = cpu_learning.one_run(CONFIG, SEED, steps, steps + 1, out / "v1", assets, trainer="v1", val_max_samples=8)
+    meter.stop()
     return {"date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} cores, {host.machine()}",
             "load_avg": [load_before, os.getloadavg()[0]], "steps": steps,
-            "runs": {"legacy": _compact(legacy), "v1": _compact(v1)}}
+            "runs": {"legacy": _compact(legacy, cpu_per_step(meter, legacy["step_ended"])),
+                     "v1": _compact(v1, cpu_per_step(meter, v1_ended))}}
 
 
-def _compact(run: dict) -> dict:
-    return {"wall_s": run["wall_s"], "timing": {str(k): v for k, v in run["timing"].items()}}
+def _compact(run: dict, cpu: dict) -> dict:
+    return {"wall_s": run["wall_s"], "timing": {str(k): v for k, v in run["timing"].items()}, "cpu": cpu}
 
 
 def markdown(result: dict) -> str:
@@ -62,8 +177,8 @@ def markdown(result: dict) -> str:
         "# A V1 step against a legacy step on the CPU learner",
         "",
         f"`python -m benchmarks.cpu_step --steps {result['steps']}` on {result['date']}, {result['machine']}, load "
-        f"average {result['load_avg'][0]:.1f} before and {result['load_avg'][1]:.1f} after (the machine was "
-        f"{'busy' if max(result['load_avg']) > 1.5 else 'idle'}). Same config on both trainers "
+        f"average {result['load_avg'][0]:.1f} before and {result['load_avg'][1]:.1f} after (the runs' own load in "
+        "it). Same config on both trainers "
         "(dapo, seed 0, 8 prompts x 8 answers a generation batch); verl's `timing_s/step`, median of steps "
         f"2-{result['steps']}.",
         "",
@@ -83,7 +198,50 @@ def markdown(result: dict) -> str:
         value = median_steps(runs["v1"], phase)
         if value is not None:
             lines.append(f"| `timing_s/{phase}` | {value:.2f} |")
+    if all("cpu" in r for r in runs.values()):
+        lines += _cpu_lines(runs, legacy, result["machine"])
     return "\n".join(lines) + "\n"
+
+
+#: what each process of a V1 run on the CPU learner does, and whose code it runs
+ROLES = {
+    "ray::AgentLoopWorkerTQ": "verl's agent loop: per trajectory a Hydra instantiate, the request, the reward call, "
+                              "a TransferQueue put",
+    "ray::CPURolloutServer": "rlhooks's CPU rollout server: decoding",
+    "ray::WorkerDict": "verl's actor worker: old log-probs, the update (the legacy step's work)",
+    "ray::RewardLoopWorker": "verl's reward loop (the rlhooks reward functions inside)",
+    "ray::TaskRunnerV1": "verl's trainer loop; rlhooks's replay buffer and hooks",
+    "ray::TransferQueueController": "TransferQueue",
+    "ray::SimpleStorageUnit": "TransferQueue",
+    "ray::GlobalRequestLoadBalancer": "verl's request router",
+    "driver (this process)": "the benchmark (`rlhooks train`'s driver)",
+}
+
+
+def _cpu_lines(runs: dict, legacy_step: float, machine: str) -> list[str]:
+    v1, old = runs["v1"]["cpu"], runs["legacy"]["cpu"]
+    v1_total, old_total = sum(v1["by_process"].values()), sum(old["by_process"].values())
+    cores = os.cpu_count() or 1
+    shown = {name: cpu for name, cpu in v1["by_process"].items() if cpu >= 0.05 and name in ROLES}
+    rest = v1_total - sum(shown.values())
+    lines = [
+        "",
+        f"CPU a step (user + system time of the benchmark and every process it started, read from `/proc` every "
+        f"0.5 s; from the end of step 2 to the end of the last step: {v1['steps']} V1 steps in "
+        f"{v1['wall_s']:.0f} s, {old['steps']} legacy steps in {old['wall_s']:.0f} s):",
+        "",
+        "| process (V1) | CPU-s a step | what it runs |",
+        "| --- | ---: | --- |",
+        *(f"| `{name}` | {cpu:.2f} | {ROLES[name]} |" for name, cpu in shown.items()),
+        f"| the rest (Ray's own processes) | {rest:.2f} | |",
+        f"| **V1, all** | **{v1_total:.2f}** | {v1_total * v1['steps'] / v1['wall_s']:.2f} cores busy on average |",
+        f"| **legacy, all** (one process) | **{old_total:.2f}** | {old_total * old['steps'] / old['wall_s']:.2f} cores "
+        "busy on average |",
+        "",
+        f"On {machine.split(',')[0]} no schedule of that work makes a V1 step shorter than {v1_total:.2f} / {cores} = "
+        f"{v1_total / cores:.2f} s, {v1_total / cores / legacy_step:.2f}x the legacy step.",
+    ]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
