@@ -221,7 +221,7 @@ ROLES = {
 def _cpu_lines(runs: dict, legacy_step: float, machine: str) -> list[str]:
     v1, old = runs["v1"]["cpu"], runs["legacy"]["cpu"]
     v1_total, old_total = sum(v1["by_process"].values()), sum(old["by_process"].values())
-    cores = os.cpu_count() or 1
+    cores = int(machine.split(" cores")[0])  # the measuring machine's (``measure``), not this one's
     shown = {name: cpu for name, cpu in v1["by_process"].items() if cpu >= 0.05 and name in ROLES}
     rest = v1_total - sum(shown.values())
     lines = [
