@@ -43,29 +43,45 @@ def median_steps(run: dict, key: str) -> float | None:
 
 class CPUMeter(threading.Thread):
     """The CPU time (user + system, from ``/proc``) of this process and every process it started (the Ray it starts
-    and Ray's actors are its descendants), by process name, every ``interval`` seconds; ``watch`` is called each
-    time with the moment (the V1 run's step ends are read from its metrics file as they are written). Its own reads
-    (~4 ms a sample on 2 cores) are in the driver's CPU."""
+    and Ray's actors are its descendants), every ``interval`` seconds; ``watch`` is called each time with the moment
+    (the V1 run's step ends are read from its metrics file as they are written). Its own reads (~4 ms a sample on 2
+    cores) are in the driver's CPU."""
 
     def __init__(self, interval: float = 0.5):
         super().__init__(daemon=True)
-        self.interval, self.history = interval, []  # [(time, {name: CPU-s so far})]
+        self.interval = interval
+        #: [(time, {(pid, start time): (name, CPU-s so far)})]: a process keeps its last figures once it ended
+        self.history: list[tuple[float, dict[tuple[int, int], tuple[str, float]]]] = []
         self.watch = None
-        self._cpu: dict[int, tuple[str, float]] = {}  # pid -> (name, CPU-s); kept once the process ended
+        self._seen: dict[tuple[int, int], tuple[str, float]] = {}
         self._stop_event = threading.Event()
         self._tick = os.sysconf("SC_CLK_TCK")
+        self.error: Exception | None = None
 
     def run(self) -> None:
         while not self._stop_event.is_set():
-            now = time.time()
-            self._sample()
-            if self.watch:
-                self.watch(now)
+            self._tick_once()
             self._stop_event.wait(self.interval)
 
     def stop(self) -> None:
+        """Stops sampling after one last sample (what the last interval did, a step that ended in it); raises what
+        stopped the meter early, if anything did: its figures would be stale."""
         self._stop_event.set()
         self.join()
+        if self.error is None:
+            self._tick_once()
+        if self.error is not None:
+            raise RuntimeError(f"the CPU meter stopped: {self.error!r}") from self.error
+
+    def _tick_once(self) -> None:
+        now = time.time()
+        try:
+            self._sample()
+            if self.watch:
+                self.watch(now)
+        except Exception as exc:
+            self.error = exc
+            self._stop_event.set()
 
     def _sample(self) -> None:
         parent, stat = {}, {}
@@ -76,20 +92,15 @@ class CPUMeter(threading.Thread):
                 except OSError:  # ended between the listing and the read
                     continue
                 parent[int(entry)], stat[int(entry)] = int(fields[1]), fields
-        ours, me = set(), os.getpid()
-        for pid in parent:
+        me = os.getpid()
+        for pid, fields in stat.items():
             p = pid
             while p > 1 and p != me:
                 p = parent.get(p, 0)
-            if p == me:
-                ours.add(pid)
-        for pid in ours:
-            fields = stat[pid]
-            self._cpu[pid] = (self.process_name(pid), (int(fields[11]) + int(fields[12])) / self._tick)
-        totals: dict[str, float] = defaultdict(float)
-        for name, cpu in self._cpu.values():
-            totals[name] += cpu
-        self.history.append((time.time(), dict(totals)))
+            if p == me:  # (pid, start time): a pid used again later is another process
+                self._seen[(pid, int(fields[19]))] = (self.process_name(pid),
+                                                      (int(fields[11]) + int(fields[12])) / self._tick)
+        self.history.append((time.time(), dict(self._seen)))
 
     @staticmethod
     def process_name(pid: int) -> str:
@@ -110,14 +121,18 @@ class CPUMeter(threading.Thread):
             program = next((os.path.basename(a) for a in argv[1:] if a.endswith(".py")), program)
         return program
 
-    def at(self, moment: float) -> dict[str, float]:
-        """CPU-s by name at the last sample taken at or before ``moment``."""
-        before = [totals for t, totals in self.history if t <= moment]
+    def at(self, moment: float) -> dict[tuple[int, int], tuple[str, float]]:
+        """Each process's (name, CPU-s) at the last sample taken at or before ``moment``."""
+        before = [processes for t, processes in self.history if t <= moment]
         return before[-1] if before else {}
 
     def between(self, start: float, end: float) -> dict[str, float]:
-        first, last = self.at(start), self.at(end)
-        return {name: cpu - first.get(name, 0.0) for name, cpu in last.items() if cpu - first.get(name, 0.0) > 0}
+        """CPU-s each process used from ``start`` to ``end``, summed by its name at ``end`` (a Ray worker renames
+        itself when it becomes an actor; what it used before counts where it was then)."""
+        first, used = self.at(start), defaultdict(float)
+        for key, (name, cpu) in self.at(end).items():
+            used[name] += cpu - first.get(key, (name, 0.0))[1]
+        return {name: cpu for name, cpu in used.items() if cpu > 0}
 
 
 def _step_end_watcher(log: Path, ended: dict[int, float]):
@@ -177,8 +192,8 @@ def markdown(result: dict) -> str:
         "# A V1 step against a legacy step on the CPU learner",
         "",
         f"`python -m benchmarks.cpu_step --steps {result['steps']}` on {result['date']}, {result['machine']}, load "
-        f"average {result['load_avg'][0]:.1f} before and {result['load_avg'][1]:.1f} after (the runs' own load in "
-        "it). Same config on both trainers "
+        f"average {result['load_avg'][0]:.1f} before the runs (the machine's own) and {result['load_avg'][1]:.1f} "
+        "after them (theirs in it). Same config on both trainers "
         "(dapo, seed 0, 8 prompts x 8 answers a generation batch); verl's `timing_s/step`, median of steps "
         f"2-{result['steps']}.",
         "",
@@ -238,8 +253,9 @@ def _cpu_lines(runs: dict, legacy_step: float, machine: str) -> list[str]:
         f"| **legacy, all** (one process) | **{old_total:.2f}** | {old_total * old['steps'] / old['wall_s']:.2f} cores "
         "busy on average |",
         "",
-        f"On {machine.split(',')[0]} no schedule of that work makes a V1 step shorter than {v1_total:.2f} / {cores} = "
-        f"{v1_total / cores:.2f} s, {v1_total / cores / legacy_step:.2f}x the legacy step.",
+        f"At that CPU a step, no overlap of the processes on {machine.split(',')[0]} makes a V1 step shorter than "
+        f"{v1_total:.2f} / {cores} = {v1_total / cores:.2f} s, {v1_total / cores / legacy_step:.2f}x the legacy step "
+        "(some of that CPU, Ray's and the polls', grows with the step's wall time).",
     ]
     return lines
 

@@ -108,14 +108,18 @@ def test_transfer_queue_gets_the_threads_it_would_use_and_so_no_warning_on_every
     """TransferQueue sets torch's threads to ``TQ_NUM_THREADS`` (8) around each put and get, cut to the physical
     cores with a warning every time: every Ray process of the CPU learner gets the count TransferQueue itself ends
     up with, read here from its own code, so nothing changes but the warning."""
+    import inspect
     import logging
+    import re
 
     import torch
     from transfer_queue import client
     from transfer_queue.utils.common import limit_pytorch_auto_parallel_threads
 
+    # its default, read from its code (client.TQ_NUM_THREADS is the environment's value when this process has one)
+    assert re.search(r'TQ_NUM_THREADS = int\(os\.environ\.get\("TQ_NUM_THREADS", (\d+)\)\)',
+                     inspect.getsource(client))[1] == str(ray_learner.TQ_DEFAULT_THREADS)
     monkeypatch.delenv("TQ_NUM_THREADS", raising=False)
-    assert client.TQ_NUM_THREADS == ray_learner.TQ_DEFAULT_THREADS  # its default (nothing set in this process)
     env = ray_learner.ray_init_kwargs(composed)["runtime_env"]["env_vars"]
 
     def threads_in_a_put(target: int) -> tuple[int, int]:
@@ -125,9 +129,9 @@ def test_transfer_queue_gets_the_threads_it_would_use_and_so_no_warning_on_every
                 used = torch.get_num_threads()
         return used, len([r for r in caplog.records if "target_num_threads" in r.getMessage()])
 
-    default_used, default_warnings = threads_in_a_put(client.TQ_NUM_THREADS)
+    default_used, default_warnings = threads_in_a_put(ray_learner.TQ_DEFAULT_THREADS)
     assert threads_in_a_put(int(env["TQ_NUM_THREADS"])) == (default_used, 0)
-    assert default_warnings == (1 if default_used < client.TQ_NUM_THREADS else 0)  # the warning saved (2 cores: 1)
+    assert default_warnings == (1 if default_used < ray_learner.TQ_DEFAULT_THREADS else 0)  # saved (2 cores: 1)
 
     # a value the config sets wins, and so does one this process's environment has (Ray's processes inherit it)
     cfg = _with(composed, ray_kwargs__ray_init__runtime_env__env_vars__TQ_NUM_THREADS="1")
@@ -141,6 +145,7 @@ def test_verls_per_trajectory_warning_is_logged_once_a_process(caplog):
     policy's ``mistral``): each Ray process of the CPU learner logs it once (``ray_process.quiet_repeated_warnings``),
     and any other model type's, or any other warning, still shows."""
     import logging
+    import uuid
 
     from verl.utils.tokenizer.continuous_token_wiring import infer_continuous_token_model_family
 
@@ -149,7 +154,7 @@ def test_verls_per_trajectory_warning_is_logged_once_a_process(caplog):
     ray_process.quiet_repeated_warnings()  # what setup() did when this process imported it; twice adds nothing
     name = ray_process.REPEATED_WARNINGS[0][0]
     assert sum(isinstance(f, ray_process.FirstOnly) for f in logging.getLogger(name).filters) == 1
-    model_type = f"no_such_model_{os.getpid()}"  # never warned about in this process before
+    model_type = f"no_such_model_{uuid.uuid4().hex}"  # never warned about in this process before (a rerun too)
     with caplog.at_level(logging.WARNING, logger=name):
         for hf_model_type in (model_type, model_type, model_type, f"{model_type}_b", model_type):
             infer_continuous_token_model_family(hf_model_type=hf_model_type)
