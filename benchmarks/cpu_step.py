@@ -98,23 +98,28 @@ class CPUMeter(threading.Thread):
             while p > 1 and p != me:
                 p = parent.get(p, 0)
             if p == me:  # (pid, start time): a pid used again later is another process
-                self._seen[(pid, int(fields[19]))] = (self.process_name(pid),
-                                                      (int(fields[11]) + int(fields[12])) / self._tick)
+                key = (pid, int(fields[19]))
+                # an ended process not yet waited for has no command line any more: it keeps the name it had
+                name = self.process_name(pid) or self._seen.get(key, ("?",))[0]
+                self._seen[key] = (name, (int(fields[11]) + int(fields[12])) / self._tick)
         self.history.append((time.time(), dict(self._seen)))
 
     @staticmethod
-    def process_name(pid: int) -> str:
+    def process_name(pid: int) -> str | None:
         """A Ray actor's class (``ray::WorkerDict.update_actor`` -> ``ray::WorkerDict``), ``driver`` for this
-        process, else the program, or a Python process's script or module (``raylet``, ``log_monitor.py``)."""
+        process, else the program, or a Python process's script or module (``raylet``, ``log_monitor.py``); None
+        when it has no command line (it ended)."""
         if pid == os.getpid():
             return "driver (this process)"
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
-            return "?"
+            return None
         if argv[0].startswith("ray::"):
             return argv[0].split()[0].split(".")[0]
-        program = os.path.basename(argv[0]) or "?"
+        program = os.path.basename(argv[0])
+        if not program:
+            return None
         if program.startswith("python"):  # its module or script
             if "-m" in argv[:-1]:
                 return argv[argv.index("-m") + 1]

@@ -23,15 +23,15 @@ def test_the_meter_counts_what_this_process_started_by_name_and_nothing_else():
     meter.start()
     start = time.time()
     # an orphan: its parent shell ends at once, and it runs as "notours" only once it is not this process's any more
-    subprocess.run(["bash", "-c", f"(sleep 0.3; exec -a notours {sys.executable} -c '{BURN}') &"], check=True)
-    child = subprocess.run([sys.executable, "-c", BURN])
-    time.sleep(0.8)  # the orphan burns while the meter samples
+    subprocess.run(["bash", "-c", f"(sleep 1; exec -a notours {sys.executable} -c '{BURN}') &"], check=True)
+    child = subprocess.run([sys.executable, "-c", BURN + "\ntime.sleep(0.5)"])  # sampled after its burn too
+    time.sleep(1.2)  # the orphan burns while the meter samples
     end = time.time()
     meter.stop()
     assert child.returncode == 0
     used = meter.between(start, end)
-    # its 0.6 s and the interpreter's start, less what the last 0.05 s before it ended may have missed
-    assert 0.5 <= used[Path(sys.executable).name] <= 2.0, used
+    # its 0.6 s and the interpreter's start (a busy machine may delay the meter's thread: a wide margin)
+    assert 0.3 <= used.get(Path(sys.executable).name, 0) <= 2.5, (used, meter.history[-1])
     names = {name for name, _ in meter.history[-1][1].values()}
     assert "notours" not in names and "driver (this process)" in names, names
 
