@@ -42,9 +42,9 @@ def median_steps(run: dict, key: str) -> float | None:
 
 
 class CPUMeter(threading.Thread):
-    """The CPU time (user + system, from ``/proc``) of this process and every process it started (the Ray it starts
+    """The CPU time (user + system, psutil's) of this process and every process it started (the Ray it starts
     and Ray's actors are its descendants), every ``interval`` seconds; ``watch`` is called each time with the moment
-    (the V1 run's step ends are read from its metrics file as they are written). Its own reads (~4 ms a sample on 2
+    (the V1 run's step ends are read from its metrics file as they are written). Its own reads (~2 ms a sample on 2
     cores) are in the driver's CPU."""
 
     def __init__(self, interval: float = 0.5):
@@ -55,7 +55,6 @@ class CPUMeter(threading.Thread):
         self.watch = None
         self._seen: dict[tuple[int, int], tuple[str, float]] = {}
         self._stop_event = threading.Event()
-        self._tick = os.sysconf("SC_CLK_TCK")
         self.error: Exception | None = None
 
     def run(self) -> None:
@@ -84,42 +83,40 @@ class CPUMeter(threading.Thread):
             self._stop_event.set()
 
     def _sample(self) -> None:
-        parent, stat = {}, {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-                except OSError:  # ended between the listing and the read
-                    continue
-                parent[int(entry)], stat[int(entry)] = int(fields[1]), fields
-        me = os.getpid()
-        for pid, fields in stat.items():
-            p = pid
-            while p > 1 and p != me:
-                p = parent.get(p, 0)
-            if p == me:  # (pid, start time): a pid used again later is another process
-                key = (pid, int(fields[19]))
-                # an ended process not yet waited for has no command line any more: it keeps the name it had
-                name = self.process_name(pid) or self._seen.get(key, ("?",))[0]
-                self._seen[key] = (name, (int(fields[11]) + int(fields[12])) / self._tick)
+        import psutil
+
+        me = psutil.Process()
+        for process in [me, *me.children(recursive=True)]:
+            try:
+                with process.oneshot():
+                    cpu = process.cpu_times()
+                    # (pid, start time): a pid used again later is another process
+                    key = (process.pid, int(process.create_time() * 100))
+                    # an ended process not yet waited for has no command line any more: it keeps the name it had
+                    name = self.process_name(process) or self._seen.get(key, ("?",))[0]
+            except psutil.NoSuchProcess:  # ended and waited for since the listing
+                continue
+            self._seen[key] = (name, cpu.user + cpu.system)
         self.history.append((time.time(), dict(self._seen)))
 
     @staticmethod
-    def process_name(pid: int) -> str | None:
+    def process_name(process) -> str | None:
         """A Ray actor's class (``ray::WorkerDict.update_actor`` -> ``ray::WorkerDict``), ``driver`` for this
         process, else the program, or a Python process's script or module (``raylet``, ``log_monitor.py``); None
         when it has no command line (it ended)."""
-        if pid == os.getpid():
+        import psutil
+
+        if process.pid == os.getpid():
             return "driver (this process)"
         try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
+            argv = process.cmdline()
+        except (psutil.ZombieProcess, psutil.AccessDenied):
+            return None
+        if not argv or not argv[0]:
             return None
         if argv[0].startswith("ray::"):
             return argv[0].split()[0].split(".")[0]
         program = os.path.basename(argv[0])
-        if not program:
-            return None
         if program.startswith("python"):  # its module or script
             if "-m" in argv[:-1]:
                 return argv[argv.index("-m") + 1]
