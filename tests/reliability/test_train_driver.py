@@ -339,6 +339,70 @@ def test_verls_reward_loop_thread_gets_the_bound_too(monkeypatch):
     assert out["sleepy_test_fn"] == -2.0 and out["reward_errors/sleepy_test_fn"] == 1.0
 
 
+def _reward_call_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "rlhooks-reward-call"]
+
+
+def _in_a_thread(fn):
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            out["error"] = exc
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive()
+    return out
+
+
+def test_a_threads_bounded_calls_share_one_helper_thread_and_it_ends_with_the_thread(monkeypatch):
+    from rlhooks.core import rewards
+
+    monkeypatch.setattr(rewards._CallHelper, "IDLE_CHECK_S", 0.05)
+    before = set(_reward_call_threads())
+
+    def calls():
+        values = [rewards.call_bounded(lambda i=i: i * 2, 5.0) for i in range(50)]
+        helpers = set(_reward_call_threads()) - before
+        with pytest.raises(ZeroDivisionError):  # a call's error is the caller's
+            rewards.call_bounded(lambda: 1 / 0, 5.0)
+        return values, helpers, rewards.call_bounded(lambda: "after an error", 5.0)
+
+    out = _in_a_thread(calls)
+    values, helpers, after = out["value"]
+    assert values == [i * 2 for i in range(50)] and len(helpers) == 1 and after == "after an error"
+    (helper,) = helpers
+    helper.join(5)  # its calling thread has ended: so does it
+    assert not helper.is_alive()
+
+
+def test_a_call_past_its_bound_leaves_its_helper_and_the_next_call_gets_a_new_one():
+    from rlhooks.core import rewards
+
+    release = threading.Event()
+    before = set(_reward_call_threads())
+
+    def calls():
+        with pytest.raises(rewards.RewardTimeout, match="did not return within 0.2 s"):
+            rewards.call_bounded(lambda: release.wait(20), 0.2)
+        hung = set(_reward_call_threads()) - before
+        value = rewards.call_bounded(lambda: "next", 5.0)  # not queued behind the hung call
+        return hung, set(_reward_call_threads()) - before, value
+
+    t0 = time.monotonic()
+    hung, helpers, value = _in_a_thread(calls)["value"]
+    assert value == "next" and time.monotonic() - t0 < 3
+    assert len(hung) == 1 and len(helpers) == 2 and hung < helpers
+    (left,) = hung
+    release.set()  # the late call returns: its helper, told to end, ends
+    left.join(5)
+    assert not left.is_alive()
+
+
 def test_ctrl_c_while_a_reward_hangs_is_an_interrupt_not_a_reward_error():
     from rlhooks.core.rewards import RewardEntry, RewardPipeline
 
