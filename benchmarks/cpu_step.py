@@ -193,10 +193,11 @@ def side_by_side(run: dict) -> dict[str, float]:
     ``timing_s/gen`` (a step's generation: every wave, rewards included), the generation per trajectory generated
     (ms; the median of each step's ratio) and the rest of the step (``timing_s/step`` - ``timing_s/gen``: old
     log-probs, advantages, the update, the weight sync, rlhooks)."""
-    steps = [(t, run["generated"][step]) for step, t in run["timing"].items()
-             if step >= 2 and step in run["generated"] and "timing_s/gen" in t and "timing_s/step" in t]
+    generated = {int(step): n for step, n in run["generated"].items()}  # int or, read from the JSON, str keys
+    steps = [(t, generated[int(step)]) for step, t in run["timing"].items()
+             if int(step) >= 2 and generated.get(int(step)) and "timing_s/gen" in t and "timing_s/step" in t]
     if not steps:
-        raise ValueError("no step 2 onwards with timing_s/gen, timing_s/step and its trajectories generated")
+        raise ValueError("no step 2 onwards with timing_s/gen, timing_s/step and trajectories generated")
     median = statistics.median
     return {"trajectories": median(n for _, n in steps), "gen_s": median(t["timing_s/gen"] for t, _ in steps),
             "gen_ms_per_trajectory": median(1000 * t["timing_s/gen"] / n for t, n in steps),

@@ -92,11 +92,15 @@ def test_the_step_in_two_is_the_median_of_each_step_from_step_2():
                       2: {"timing_s/gen": 1.0, "timing_s/step": 1.5},
                       3: {"timing_s/gen": 3.0, "timing_s/step": 3.2},
                       4: {"timing_s/gen": 2.0, "timing_s/step": 2.6},
-                      5: {"timing_s/step": 0.1}},  # no generation timed: left out
-           "generated": {1: 64, 2: 100, 3: 200, 4: 80}}
+                      5: {"timing_s/step": 0.1},  # no generation timed: left out
+                      6: {"timing_s/gen": 0.1, "timing_s/step": 0.2},  # no trajectories counted: left out
+                      7: {"timing_s/gen": 0.1, "timing_s/step": 0.2}},  # none generated: left out
+           "generated": {1: 64, 2: 100, 3: 200, 4: 80, 7: 0}}
     out = bench.side_by_side(run)
     assert out["trajectories"] == 100 and out["gen_s"] == 2.0 and out["step_s"] == 2.6
     assert out["gen_ms_per_trajectory"] == pytest.approx(15.0)  # 10, 15, 25 ms: not 2.0 s / 100
     assert out["rest_s"] == pytest.approx(0.5)  # 0.5, 0.2, 0.6
+    as_saved = json.loads(json.dumps(run))  # the page is rendered from the JSON: string keys
+    assert bench.side_by_side(as_saved) == out
     with pytest.raises(ValueError, match="no step 2 onwards"):
         bench.side_by_side({"timing": {1: {"timing_s/gen": 1.0, "timing_s/step": 2.0}}, "generated": {1: 64}})

@@ -359,10 +359,9 @@ def _in_a_thread(fn):
     return out
 
 
-def test_a_threads_bounded_calls_share_one_helper_thread_and_it_ends_with_the_thread(monkeypatch):
+def test_a_threads_bounded_calls_share_one_helper_thread_and_it_ends_with_the_thread():
     from rlhooks.core import rewards
 
-    monkeypatch.setattr(rewards._CallHelper, "IDLE_CHECK_S", 0.05)
     before = set(_reward_call_threads())
 
     def calls():
@@ -378,6 +377,48 @@ def test_a_threads_bounded_calls_share_one_helper_thread_and_it_ends_with_the_th
     (helper,) = helpers
     helper.join(5)  # its calling thread has ended: so does it
     assert not helper.is_alive()
+
+
+def test_the_helper_of_a_thread_python_did_not_start_ends_with_it_too():
+    """A thread of a C pool (Ray's, say) is a ``_DummyThread`` to ``threading``, alive to it forever: the helper
+    goes with the thread's locals, not with ``is_alive``."""
+    import _thread
+
+    from rlhooks.core import rewards
+
+    before = set(_reward_call_threads())
+    out, finished = {}, threading.Event()
+
+    def foreign():
+        try:
+            out["value"] = rewards.call_bounded(lambda: "scored", 5.0)
+            out["helpers"] = set(_reward_call_threads()) - before
+        finally:
+            finished.set()
+
+    _thread.start_new_thread(foreign, ())
+    assert finished.wait(10) and out["value"] == "scored" and len(out["helpers"]) == 1
+    (helper,) = out["helpers"]
+    helper.join(5)
+    assert not helper.is_alive()
+
+
+def test_a_wait_cut_short_by_another_bound_leaves_its_helper_too():
+    """In the main thread under an outer timer (the legacy trainer's step bound, say), the outer bound can end the
+    wait first: the next call must not queue behind the abandoned one."""
+    from rlhooks.core import interrupt, rewards
+
+    release = threading.Event()
+    try:
+        with pytest.raises(interrupt.TimeBoundExceeded):
+            with interrupt.bounded(0.3):  # an itimer runs: call_bounded uses a helper in the main thread too
+                rewards.call_bounded(lambda: release.wait(20), 10.0)
+        t0 = time.monotonic()
+        with interrupt.bounded(30):
+            assert rewards.call_bounded(lambda: "fast", 5.0) == "fast"
+        assert time.monotonic() - t0 < 2
+    finally:
+        release.set()
 
 
 def test_a_call_past_its_bound_leaves_its_helper_and_the_next_call_gets_a_new_one():
