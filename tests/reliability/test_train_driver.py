@@ -356,6 +356,8 @@ def _in_a_thread(fn):
     worker.start()
     worker.join(20)
     assert not worker.is_alive()
+    if "error" in out:
+        raise out["error"]
     return out
 
 
@@ -404,7 +406,7 @@ def test_the_helper_of_a_thread_python_did_not_start_ends_with_it_too():
 
 
 def test_a_wait_cut_short_by_another_bound_leaves_its_helper_too():
-    """In the main thread under an outer timer (the legacy trainer's step bound, say), the outer bound can end the
+    """In the main thread under an outer timer (a caller's own ``interrupt.bounded``), the outer bound can end the
     wait first: the next call must not queue behind the abandoned one."""
     from rlhooks.core import interrupt, rewards
 
