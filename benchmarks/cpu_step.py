@@ -163,8 +163,22 @@ def cpu_per_step(meter: CPUMeter, ended: dict[int, float]) -> dict:
             "by_process": {name: cpu / steps for name, cpu in sorted(used.items(), key=lambda kv: -kv[1])}}
 
 
+def decode_per_step(trace: Path, decodes: Path) -> dict[int, float]:
+    """Seconds the CPU rollout server spent decoding in each V1 step from step 2: its decodes
+    (``rollout_server.DECODE_TRACE_ENV``: ``<start> <end> <requests>``) that began after the previous step's end and
+    by this one's. A step's end is the end of the trainer's n-th ``step_end`` interval (``v1.trainer.TRACE_ENV``:
+    ``<start> <end> <what>``, one a training step). Not the last step: verl validates in it (the run's last), and
+    its decodes would count."""
+    ends = [float(end) for _, end, what in (line.split() for line in trace.read_text().splitlines())
+            if what == "step_end"]
+    spans = [(float(a), float(b)) for a, b, _ in (line.split() for line in decodes.read_text().splitlines())]
+    return {step: sum(b - a for a, b in spans if ends[step - 2] < a <= ends[step - 1])
+            for step in range(2, len(ends))}
+
+
 def measure(steps: int, out: Path) -> dict:
-    from rlhooks.engines.verl.cpu import platform, runner
+    from rlhooks.engines.verl.cpu import platform, rollout_server, runner
+    from rlhooks.engines.verl.v1.trainer import TRACE_ENV
 
     assets = runner.prepare(out / "assets")
     platform.install()
@@ -174,13 +188,35 @@ def measure(steps: int, out: Path) -> dict:
     legacy = cpu_learning.one_run(CONFIG, SEED, steps, steps + 1, out / "legacy", assets, trainer="legacy")
     v1_ended: dict[int, float] = {}
     meter.watch = _step_end_watcher(out / "v1" / "verl_metrics.jsonl", v1_ended)
-    with cpu_learning.shared_ray(assets):
-        v1 = cpu_learning.one_run(CONFIG, SEED, steps, steps + 1, out / "v1", assets, trainer="v1", val_max_samples=8)
+    # the trainer's step ends and the rollout server's decodes, in the Ray processes' environment (set before Ray starts)
+    trace, decodes = out / "v1" / "rlhooks_trace.txt", out / "v1" / "decodes.txt"
+    trace.parent.mkdir(parents=True, exist_ok=True)
+    traces = {TRACE_ENV: str(trace.resolve()), rollout_server.DECODE_TRACE_ENV: str(decodes.resolve())}
+    os.environ.update(traces)
+    try:
+        with cpu_learning.shared_ray(assets):
+            v1 = cpu_learning.one_run(CONFIG, SEED, steps, steps + 1, out / "v1", assets, trainer="v1",
+                                      val_max_samples=8)
+    finally:
+        for name in traces:
+            os.environ.pop(name, None)
     meter.stop()
-    return {"date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} cores, {host.machine()}",
+    return {"date": time.strftime("%Y-%m-%d"), "commit": _commit(), "machine": f"{os.cpu_count()} cores, {host.machine()}",
             "load_avg": [load_before, os.getloadavg()[0]], "steps": steps,
             "runs": {"legacy": _compact(legacy, cpu_per_step(meter, legacy["step_ended"])),
-                     "v1": _compact(v1, cpu_per_step(meter, v1_ended))}}
+                     "v1": {**_compact(v1, cpu_per_step(meter, v1_ended)),
+                            "decode_s": {str(k): v for k, v in decode_per_step(trace, decodes).items()}}}}
+
+
+def _commit() -> str:
+    """The code measured: ``git describe --always --dirty`` of this checkout (``unknown`` outside one)."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=HERE.parent, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def _compact(run: dict, cpu: dict) -> dict:
@@ -192,17 +228,24 @@ def side_by_side(run: dict) -> dict[str, float]:
     """A run's step split in two, medians over steps 2 onwards: trajectories generated a step, verl's
     ``timing_s/gen`` (a step's generation: every wave, rewards included), the generation per trajectory generated
     (ms; the median of each step's ratio) and the rest of the step (``timing_s/step`` - ``timing_s/gen``: old
-    log-probs, advantages, the update, the weight sync, rlhooks)."""
+    log-probs, advantages, the update, the weight sync, rlhooks); for a V1 run with ``decode_s``, also the rollout
+    server's decoding per trajectory generated (ms, the same way)."""
     generated = {int(step): n for step, n in run["generated"].items()}  # int or, read from the JSON, str keys
     steps = [(t, generated[int(step)]) for step, t in run["timing"].items()
              if int(step) >= 2 and generated.get(int(step)) and "timing_s/gen" in t and "timing_s/step" in t]
     if not steps:
         raise ValueError("no step 2 onwards with timing_s/gen, timing_s/step and trajectories generated")
     median = statistics.median
-    return {"trajectories": median(n for _, n in steps), "gen_s": median(t["timing_s/gen"] for t, _ in steps),
-            "gen_ms_per_trajectory": median(1000 * t["timing_s/gen"] / n for t, n in steps),
-            "rest_s": median(t["timing_s/step"] - t["timing_s/gen"] for t, _ in steps),
-            "step_s": median(t["timing_s/step"] for t, _ in steps)}
+    out = {"trajectories": median(n for _, n in steps), "gen_s": median(t["timing_s/gen"] for t, _ in steps),
+           "gen_ms_per_trajectory": median(1000 * t["timing_s/gen"] / n for t, n in steps),
+           "rest_s": median(t["timing_s/step"] - t["timing_s/gen"] for t, _ in steps),
+           "step_s": median(t["timing_s/step"] for t, _ in steps)}
+    if "decode_s" in run:  # a V1 run: the rollout server's decoding a step (``decode_per_step``)
+        decoded = {int(step): s for step, s in run["decode_s"].items()}
+        out["decode_ms_per_trajectory"] = median(1000 * decoded[int(step)] / generated[int(step)]
+                                                 for step in run["timing"] if int(step) in decoded
+                                                 and generated.get(int(step)))
+    return out
 
 
 def markdown(result: dict) -> str:
@@ -210,10 +253,11 @@ def markdown(result: dict) -> str:
                    "generated": {int(k): v for k, v in r.get("generated", {}).items()}}
             for name, r in result["runs"].items()}
     legacy, v1 = (median_steps(runs[n], "step") for n in ("legacy", "v1"))
+    code = f" (code: `{result['commit']}`)" if "commit" in result else ""
     lines = [
         "# A V1 step against a legacy step on the CPU learner",
         "",
-        f"`python -m benchmarks.cpu_step --steps {result['steps']}` on {result['date']}, {result['machine']}, load "
+        f"`python -m benchmarks.cpu_step --steps {result['steps']}` on {result['date']}{code}, {result['machine']}, load "
         f"average {result['load_avg'][0]:.1f} before the runs (the machine's own) and {result['load_avg'][1]:.1f} "
         "after them (theirs in it). Same config on both trainers "
         "(dapo, seed 0, 8 prompts x 8 answers a generation batch); verl's `timing_s/step`, median of steps "
@@ -248,25 +292,41 @@ def _side_by_side_lines(runs: dict) -> list[str]:
     old, new = side_by_side(runs["legacy"]), side_by_side(runs["v1"])
     rows = [("trajectories generated a step", "trajectories", "{:.0f}"), ("`timing_s/gen` (s)", "gen_s", "{:.2f}"),
             ("generation per trajectory generated (ms)", "gen_ms_per_trajectory", "{:.1f}"),
+            ("of it, the CPU rollout server decoding (ms; its batches' wall time)", "decode_ms_per_trajectory",
+             "{:.1f}"),
             ("the rest of the step (s): log-probs, advantages, update, weight sync", "rest_s", "{:.2f}"),
             ("`timing_s/step` (s)", "step_s", "{:.2f}")]
-    return [
+
+    def cell(run: dict, key: str, fmt: str) -> str:
+        return fmt.format(run[key]) if key in run else ""
+
+    def ratio(key: str) -> str:
+        return f"{new[key] / old[key]:.1f}x" if key in old and key in new and key != "trajectories" else ""
+
+    lines = [
         "",
         "Both trainers, the step in two (medians of steps 2 onwards; the DAPO filter makes a step generate until 8 "
         "groups are kept, so the trajectories a step vary):",
         "",
         "| | legacy | V1 | V1 / legacy |",
         "| --- | ---: | ---: | ---: |",
-        *(f"| {label} | {fmt.format(old[key])} | {fmt.format(new[key])} | "
-          f"{'' if key == 'trajectories' else f'{new[key] / old[key]:.1f}x'} |" for label, key, fmt in rows),
+        *(f"| {label} | {cell(old, key, fmt)} | {cell(new, key, fmt)} | {ratio(key)} |"
+          for label, key, fmt in rows if key in old or key in new),
         "",
         "The two trainers generate differently. The legacy CPU learner replaces verl's agent loop with rlhooks's "
         "in-process rollout (`legacy/cpu_rollout.py`: a generation batch in one batched decode, its rewards in the "
         "same process). V1 runs verl's own: per trajectory, in the agent-loop actor, a Hydra instantiate of the agent "
         "loop, a request through verl's router to the CPU rollout server, a reward call to a reward-loop worker and a "
-        "TransferQueue put. That path is verl's, the same on GPUs, and what a V1 run on the CPU learner is there to "
-        "run. The rest of the step is the same work on both (V1's through Ray actors and TransferQueue).",
+        "TransferQueue put.",
     ]
+    if "decode_ms_per_trajectory" in new:
+        lines[-1] += (f" The server decodes for {new['decode_ms_per_trajectory']:.1f} of V1's "
+                      f"{new['gen_ms_per_trajectory']:.1f} ms a trajectory (in more, smaller batches than the legacy "
+                      "learner: requests reach it one after another); the rest of V1's generation is that "
+                      "per-trajectory path.")
+    lines[-1] += (" That path is verl's, the same on GPUs, and what a V1 run on the CPU learner is there to run. The "
+                  "rest of the step is the same work on both (V1's through Ray actors and TransferQueue).")
+    return lines
 
 
 #: what each process of a V1 run on the CPU learner does, and whose code it runs

@@ -104,3 +104,19 @@ def test_the_step_in_two_is_the_median_of_each_step_from_step_2():
     assert bench.side_by_side(as_saved) == out
     with pytest.raises(ValueError, match="no step 2 onwards"):
         bench.side_by_side({"timing": {1: {"timing_s/gen": 1.0, "timing_s/step": 2.0}}, "generated": {1: 64}})
+
+
+def test_a_v1_steps_decoding_is_the_decodes_begun_in_it_and_the_last_step_has_none(tmp_path):
+    trace, decodes = tmp_path / "trace.txt", tmp_path / "decodes.txt"
+    trace.write_text("0.9 1.0 dispatch\n9.0 10.0 step_end\n15.0 20.0 step_end\n"
+                     "25.0 25.5 judge\n29.0 30.0 step_end\n39.0 40.0 step_end\n")
+    decodes.write_text("\n".join(["5.0 6.0 64",  # step 1: not counted
+                                   "11.0 11.5 32", "19.9 20.2 8",  # step 2, the second ending in step 3
+                                   "21.0 21.25 64", "20.0 20.1 1",  # step 3; begun at step 2's very end: step 2
+                                   "35.0 36.0 9"]) + "\n")  # the last step: its validation
+    out = bench.decode_per_step(trace, decodes)
+    assert list(out) == [2, 3]
+    assert out[2] == pytest.approx(0.5 + 0.3 + 0.1) and out[3] == pytest.approx(0.25)
+    run = {"timing": {2: {"timing_s/gen": 1.0, "timing_s/step": 2.0}, 3: {"timing_s/gen": 1.0, "timing_s/step": 2.0}},
+           "generated": {2: 100, 3: 50}, "decode_s": {"2": out[2], "3": out[3]}}
+    assert bench.side_by_side(run)["decode_ms_per_trajectory"] == pytest.approx((9.0 + 5.0) / 2)

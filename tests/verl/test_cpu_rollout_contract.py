@@ -217,6 +217,31 @@ def test_a_request_generates_the_same_alone_or_batched_with_others(server_parts)
             assert len({tuple(o.token_ids) for o in batched}) > len(prompts)  # sampled: a prompt's answers differ
 
 
+def test_the_decode_trace_has_a_line_for_each_batched_decode(server_parts, monkeypatch, tmp_path):
+    """benchmarks/cpu_step.py's measure of decoding: ``<start> <end> <requests>`` a decode, the batch's requests."""
+    import time
+
+    from rlhooks.engines.verl.cpu import rollout_server
+
+    trace = tmp_path / "decodes.txt"
+    server = _server(server_parts)
+    _tokens(server, [1, 5, 6, 7, 8], n=1)  # unset: nothing written
+    assert not trace.exists()
+    monkeypatch.setenv(rollout_server.DECODE_TRACE_ENV, str(trace))
+    sampling = {"temperature": 2.0, "top_p": 1.0, "top_k": -1, "logprobs": True, "max_tokens": 8}
+
+    async def together(prompts):
+        return await asyncio.gather(*(server.generate(p, dict(sampling), request_id=f"r{i}")
+                                      for i, p in enumerate(prompts)))
+
+    before = time.time()
+    asyncio.run(together([[1, 5, 6, 7, 8]] * 3 + [[1, 5, 6, 7]] * 2))  # one batch, two prompt lengths: two decodes
+    _tokens(server, [1, 5, 6, 7, 8], n=1)
+    lines = [line.split() for line in trace.read_text().splitlines()]
+    assert sorted(int(n) for _, _, n in lines) == [1, 2, 3]
+    assert all(before <= float(a) <= float(b) <= time.time() for a, b, _ in lines)
+
+
 def test_the_benchmark_stub_answers_canned_text_at_its_rate_and_logs_each_batch(server_parts, monkeypatch, tmp_path):
     """benchmarks/v1_generation.py's fixed-rate rollout: no model run, one of two canned answers per request (by
     its seed: a prompt's samples differ), a batch taking its tokens / rate seconds, one log line a batch."""

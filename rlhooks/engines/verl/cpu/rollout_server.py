@@ -25,6 +25,8 @@ groups); ``RLHOOKS_CPU_ROLLOUT_LOG`` names a file where each batch appends ``<ti
 end, after its tokens / rate seconds) and each sleep and wake-up ``<time> sleep`` / ``<time> wake``. Its
 counterpart in the trainer, ``RLHOOKS_V1_TRACE`` (``v1.trainer.TRACE_ENV``, an absolute path), gets a line
 ``<start> <end> <what>`` per timed rlhooks interval (``judge``, ``dispatch``, ``step_end``), in the same wall time.
+With the model (no stub), ``RLHOOKS_CPU_ROLLOUT_DECODE_TRACE`` names a file where each batched decode appends
+``<start> <end> <requests>`` (``benchmarks/cpu_step.py``: how much of a V1 step's generation is decoding).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import asyncio
 import hashlib
 import json
 import os
+import time
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any, NamedTuple, Optional
@@ -55,6 +58,8 @@ SERVER_PREFIX = f"{ROLLOUT_NAME}_"
 BATCH_WINDOW_S = 0.005
 #: the benchmark stub (module docstring): tokens a second, and the batch log
 STUB_RATE_ENV, STUB_LOG_ENV = "RLHOOKS_CPU_ROLLOUT_STUB", "RLHOOKS_CPU_ROLLOUT_LOG"
+#: the decode trace (module docstring)
+DECODE_TRACE_ENV = "RLHOOKS_CPU_ROLLOUT_DECODE_TRACE"
 #: the stub's two answers: one in the reward functions' format, one not
 STUB_ANSWERS = ("<reasoning>3 + 5 = 8</reasoning><answer>42</answer>", "42")  # in the tiny policy's vocabulary
 
@@ -211,7 +216,13 @@ class CPURolloutServer:
         """The requests' outputs: the model's (``_generate``), or the benchmark stub's canned answers."""
         if self._stub is not None:
             return self._stub.answer(requests, self.global_steps)
-        return self._generate(requests)
+        started = time.time()
+        outputs = self._generate(requests)
+        trace = os.environ.get(DECODE_TRACE_ENV)
+        if trace:
+            with open(trace, "a") as fh:
+                fh.write(f"{started:.6f} {time.time():.6f} {len(requests)}\n")
+        return outputs
 
     def _generate(self, requests: list[_Request]) -> list[TokenOutput]:
         """Requests of one prompt length and sampling settings, decoded together with a KV cache. Each row samples
@@ -357,14 +368,10 @@ class _Stub:
     def event(self, name: str) -> None:
         """A line ``<time> <name>`` in the log (``sleep`` / ``wake``: the benchmark counts the time awake)."""
         if self.log:
-            import time
-
             with open(self.log, "a") as fh:
                 fh.write(f"{time.time():.6f} {name}\n")
 
     def answer(self, requests: list[_Request], global_steps: int | None) -> list[TokenOutput]:
-        import time
-
         full = [self.answers[r.seed % len(self.answers)] for r in requests]
         chosen = [ids[:r.max_tokens] for r, ids in zip(requests, full)]
         tokens = sum(map(len, chosen))
