@@ -128,6 +128,8 @@ def _check_async_run(steps: dict[int, dict], records: list[dict], threshold: int
         # every built-in: the reward functions scored in verl's reward workers, the sampler, the prompt stage,
         # source_metrics and reward_monitor (its alert fires every step)
         assert m["rewards/errors/check_answer"] == 0 and "rewards/functions/format_exact" in m
+        assert {"rewards/functions/format_approx", "rewards/functions/check_numbers"} <= set(m)
+        assert m["rewards/errors/format_approx"] == 0 and m["rewards/errors/check_numbers"] == 0
         assert any(k.startswith("sampler/") for k in m), sorted(m)
         assert m["prompt_filter/sampled"] >= 1 and "selective_rollout/p_easy" in m
         assert any(k.startswith("source/") and k.endswith("/count") for k in m)
@@ -152,6 +154,9 @@ def test_colocate_async_trains_with_every_builtin_and_reports_staleness_as_verl_
     for step in range(1, STEPS + 1):  # the other sample tables, their rows carrying the staleness columns
         assert {("samples/random", step), ("samples/per_source", step)} <= set(tables), sorted(tables)
         assert all({"policy_version", "policy_lag"} <= set(row) for row in tables[("samples/random", step)])
+        assert len(tables[("samples/random", step)]) == 2  # k
+        per_source = tables[("samples/per_source", step)]
+        assert per_source and all({"response", "reward"} <= set(row) for row in per_source)
     # the other backends got the same metrics, staleness included: read back from their files
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0}).Reload()
     assert [e.step for e in events.Scalars("staleness/lag_mean")] == list(range(1, STEPS + 1))
@@ -164,7 +169,8 @@ def test_colocate_async_trains_with_every_builtin_and_reports_staleness_as_verl_
 def test_separate_async_trains_with_every_builtin_and_reports_staleness_as_verl_measures_it(separate_run):
     steps, records, _ = separate_run
     _check_async_run(steps, records, threshold=2)
-    assert all(any(k.startswith("sampler/ucb/") for k in m) for m in steps.values())  # dump_ucb, fed by the buffer
+    for m in steps.values():  # dump_ucb, fed by the buffer
+        assert any(k.startswith("sampler/ucb/") for k in m) and any(k.startswith("sampler/mean_abs_advantage/") for k in m)
     # the standalone rollout got each update's weights through the gloo checkpoint engine (verl merges the
     # sender's sync metrics into the step's), and generated while the trainer trained
     assert all(m["checkpoint_engine/payload_mbytes"] > 0 for m in steps.values()), [sorted(m) for m in steps.values()][0]

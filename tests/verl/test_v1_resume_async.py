@@ -60,6 +60,9 @@ def test_an_async_resume_continues_the_samplers_state(async_runs):
     assert 0 < at_checkpoint < resumed.state(3)["components"]["sampler"]["feedback"]
     if "curriculum/level" in straight.metrics[2]:  # time_curriculum: its schedule is those batches
         assert at_checkpoint == straight.metrics[2]["curriculum/level"] < resumed.metrics[3]["curriculum/level"] < 50
+        # the easiest 30% of add_carry at first, more with each batch, all of it only after the 50-batch warm-up
+        percentile = [straight.metrics[s]["curriculum/percentile"] for s in sorted(straight.metrics)]
+        assert 30 <= percentile[0] < percentile[-1] < 100 and percentile == sorted(percentile), percentile
 
 
 def test_an_async_resume_neither_drops_nor_duplicates_a_group(async_runs):
