@@ -224,10 +224,10 @@ def test_the_decode_trace_has_a_line_for_each_batched_decode(server_parts, monke
     from rlhooks.engines.verl.cpu import rollout_server
 
     trace = tmp_path / "decodes.txt"
-    server = _server(server_parts)
-    _tokens(server, [1, 5, 6, 7, 8], n=1)  # unset: nothing written
+    _tokens(_server(server_parts), [1, 5, 6, 7, 8], n=1)  # unset: nothing written
     assert not trace.exists()
     monkeypatch.setenv(rollout_server.DECODE_TRACE_ENV, str(trace))
+    server = _server(server_parts)  # the server reads it when it starts
     sampling = {"temperature": 2.0, "top_p": 1.0, "top_k": -1, "logprobs": True, "max_tokens": 8}
 
     async def together(prompts):

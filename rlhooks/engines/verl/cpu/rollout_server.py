@@ -141,6 +141,7 @@ class CPURolloutServer:
         self._reopened: asyncio.Event | None = None  # made by the abort, in the actor's event loop
         self.weight_loads = 0
         self._stub = _Stub.from_env(model_config.local_path, self.eos_token_id)
+        self._decode_trace = os.environ.get(DECODE_TRACE_ENV)  # read once, as the stub's settings are
 
     # -- generation ------------------------------------------------------------------------------
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str,
@@ -218,9 +219,8 @@ class CPURolloutServer:
             return self._stub.answer(requests, self.global_steps)
         started = time.time()
         outputs = self._generate(requests)
-        trace = os.environ.get(DECODE_TRACE_ENV)
-        if trace:
-            with open(trace, "a") as fh:
+        if self._decode_trace:
+            with open(self._decode_trace, "a") as fh:
                 fh.write(f"{started:.6f} {time.time():.6f} {len(requests)}\n")
         return outputs
 
